@@ -1,0 +1,58 @@
+"""The committed locks are complete, hash-pinned, and agree with the pins of their .in files."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent.parent
+LOCKS = ("tools", "sglang_cpu")
+ENTRY = re.compile(r"^# url: (?P<url>\S+)\n(?P<name>[a-z0-9][a-z0-9._-]*)==(?P<version>\S+) --hash=sha256:(?P<sha>[0-9a-f]{64})$", re.M)
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _entries(lock: str) -> dict[str, re.Match]:
+    text = (HERE / f"{lock}.lock").read_text()
+    found = {_norm(m["name"]): m for m in ENTRY.finditer(text)}
+    requirement_lines = [l for l in text.splitlines() if l and not l.startswith("#")]
+    assert len(requirement_lines) == len(found), f"{lock}.lock has lines without url/hash: {requirement_lines}"
+    return found
+
+
+@pytest.mark.parametrize("lock", LOCKS)
+def test_every_entry_is_one_wheel_with_url_and_sha256(lock: str) -> None:
+    entries = _entries(lock)
+    assert entries, f"{lock}.lock is empty"
+    for name, match in entries.items():
+        assert match["url"].endswith(".whl"), f"{lock}.lock: {name} is not a wheel: {match['url']}"
+
+
+@pytest.mark.parametrize("lock", LOCKS)
+def test_in_file_pins_are_what_the_lock_holds(lock: str) -> None:
+    entries = _entries(lock)
+    for in_file in (HERE / f"{lock}.in", HERE / f"{lock}.nodeps.in"):
+        if not in_file.exists():
+            continue
+        for line in in_file.read_text().splitlines():
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            name, _, version = line.partition("==")
+            key = _norm(name)
+            assert key in entries, f"{in_file.name}: {name} missing from {lock}.lock; rerun the lock"
+            if version:
+                assert entries[key]["version"] == version, (
+                    f"{in_file.name} pins {name}=={version} but {lock}.lock has {entries[key]['version']}; "
+                    f"run `./tools/bazel run //third_party/python:lock -- {lock}`"
+                )
+
+
+def test_sglang_cpu_has_no_cuda_packages() -> None:
+    cuda = [n for n in _entries("sglang_cpu") if n.startswith(("nvidia-", "cuda-", "flashinfer", "sgl-kernel", "sglang-kernel"))]
+    assert not cuda, f"sglang_cpu.lock must stay CPU-only, found {cuda}"
+    assert _entries("sglang_cpu")["torch"]["version"].endswith("+cpu")

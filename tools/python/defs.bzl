@@ -1,0 +1,5 @@
+"""Public BUILD-file API for Python in this repository. WORKSPACE uses pip.bzl."""
+
+load("//tools/python/private:pytest.bzl", _py_pytest_test = "py_pytest_test")
+
+py_pytest_test = _py_pytest_test

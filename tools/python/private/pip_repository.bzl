@@ -1,0 +1,196 @@
+"""Implementation of pip_parse: wheels from a hash-locked lock file, fetched through Bazel's
+downloader (so `--repository_cache` makes re-fetches work offline), with a pip fallback that
+honors the machine's pip configuration (mirrors, proxies, find-links)."""
+
+_LOCK_HINT = "regenerate it with `./tools/bazel run //third_party/python:lock -- {lock}`"
+
+def _normalize(name):
+    """PEP 503 name normalization (no regex in Starlark)."""
+    out = []
+    prev_sep = False
+    for ch in name.lower().elems():
+        if ch in "-_.":
+            if not prev_sep:
+                out.append("_")
+            prev_sep = True
+        else:
+            out.append(ch)
+            prev_sep = False
+    return "".join(out)
+
+def _url_basename(url):
+    name = url.split("#")[0].split("?")[0].rsplit("/", 1)[-1]
+    return name.replace("%2B", "+").replace("%2b", "+")
+
+def parse_lock(content, lock_name):
+    """Returns [struct(name, version, sha256, url, filename)] from a lock written by lock.py.
+
+    Each entry is a `# url: <url>` comment line followed by `name==version --hash=sha256:<hex>`.
+    """
+    entries = []
+    url = None
+    for lineno, raw in enumerate(content.splitlines(), start = 1):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("# url: "):
+            url = line[len("# url: "):].strip()
+            continue
+        if line.startswith("#") or line.startswith("--"):
+            continue
+        parts = line.split(" ")
+        req = parts[0]
+        hashes = [p[len("--hash=sha256:"):] for p in parts[1:] if p.startswith("--hash=sha256:")]
+        if "==" not in req or len(hashes) != 1 or url == None:
+            fail("{lock}:{line}: expected `# url: ...` then `name==version --hash=sha256:<64 hex>`, got {got!r}; {hint}".format(
+                lock = lock_name,
+                line = lineno,
+                got = line,
+                hint = _LOCK_HINT.format(lock = lock_name),
+            ))
+        name, version = req.split("==", 1)
+        if len(hashes[0]) != 64:
+            fail("{lock}:{line}: sha256 of {name} is not 64 hex digits".format(lock = lock_name, line = lineno, name = name))
+        entries.append(struct(
+            name = _normalize(name),
+            version = version,
+            sha256 = hashes[0],
+            url = url,
+            filename = _url_basename(url),
+        ))
+        url = None
+    if not entries:
+        fail("{lock}: no locked wheels; {hint}".format(lock = lock_name, hint = _LOCK_HINT.format(lock = lock_name)))
+    return entries
+
+def _pip_fallback(rctx, entry, lock_name):
+    """Downloads one locked wheel with pip and the machine's pip configuration."""
+    tmp = rctx.path("_pip_download/" + entry.name)
+    res = rctx.execute([
+        rctx.attr.python_interpreter,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--dest",
+        str(tmp),
+        "{}=={}".format(entry.name, entry.version),
+    ], timeout = rctx.attr.timeout, quiet = rctx.attr.quiet)
+    path = tmp.get_child(entry.filename)
+    if res.return_code != 0 or not path.exists:
+        fail("{lock}: cannot fetch {f} (sha256 {sha}) from {url} nor with pip:\n{err}\nFix the network or pip configuration, or warm --repository_cache.".format(
+            lock = lock_name,
+            f = entry.filename,
+            sha = entry.sha256,
+            url = entry.url,
+            err = res.stderr[-2000:],
+        ))
+    return "file://" + str(path)
+
+def _fetch(rctx, entry, lock_name, extract):
+    output = ("site" if extract else "wheels/" + entry.filename)
+    kwargs = dict(output = output, sha256 = entry.sha256)
+    fetch = rctx.download_and_extract if extract else rctx.download
+    if extract:
+        kwargs["type"] = "zip"
+    result = fetch(url = [entry.url], allow_fail = True, **kwargs)
+    if not result.success:
+        # sha256 still guards the pip fallback: Bazel verifies it when it copies the file in.
+        fetch(url = [_pip_fallback(rctx, entry, lock_name)], **kwargs)
+
+_BUILD_EXTRACTED = """\
+package(default_visibility = ["//visibility:public"])
+
+exports_files(["requirements.lock"])
+
+# One lock is one environment: every requirement() label of it resolves to the whole set.
+py_library(
+    name = "pkgs",
+    srcs = glob(["site/**/*.py"], exclude = ["site/**/* *"], allow_empty = True),
+    data = glob(
+        ["site/**"],
+        exclude = ["site/**/*.py", "site/**/__pycache__/**", "site/bin/**", "site/**/* *"],
+    ),
+    imports = ["site"],
+)
+{aliases}
+"""
+
+_BUILD_WHEELS = """\
+package(default_visibility = ["//visibility:public"])
+
+exports_files(["requirements.lock"])
+
+# The locked wheels, unextracted: installed with pip (--no-index --require-hashes) by consumers.
+filegroup(
+    name = "wheels",
+    srcs = glob(["wheels/*.whl"]),
+)
+{aliases}
+"""
+
+_REQUIREMENTS_BZL = """\
+\"\"\"Generated by pip_parse from {lock}; do not edit.\"\"\"
+
+_PACKAGES = {packages}
+
+def _normalize(name):
+    out = []
+    prev_sep = False
+    for ch in name.lower().elems():
+        if ch in "-_.":
+            if not prev_sep:
+                out.append("_")
+            prev_sep = True
+        else:
+            out.append(ch)
+            prev_sep = False
+    return "".join(out)
+
+def requirement(name):
+    key = _normalize(name)
+    if key not in _PACKAGES:
+        fail("{{}} is not in {lock}: add it to its .in file and run `./tools/bazel run //third_party/python:lock -- {short}`".format(name))
+    return "@{repo}//:" + key
+
+all_requirements = ["@{repo}//:" + p for p in _PACKAGES]
+"""
+
+def _pip_parse_impl(rctx):
+    lock_name = str(rctx.attr.requirements_lock).lstrip("@").replace("//", "").replace(":", "/")
+    entries = parse_lock(rctx.read(rctx.path(rctx.attr.requirements_lock)), lock_name)
+    rctx.report_progress("fetching {} locked wheels".format(len(entries)))
+    for entry in entries:
+        _fetch(rctx, entry, lock_name, rctx.attr.extract)
+    rctx.delete("_pip_download")
+    rctx.symlink(rctx.path(rctx.attr.requirements_lock), "requirements.lock")
+    target = ":pkgs" if rctx.attr.extract else ":wheels"
+    aliases = "\n".join([
+        'alias(name = "{}", actual = "{}")'.format(e.name, target)
+        for e in entries
+    ])
+    template = _BUILD_EXTRACTED if rctx.attr.extract else _BUILD_WHEELS
+    rctx.file("BUILD.bazel", template.format(aliases = aliases))
+    short = rctx.attr.requirements_lock.name.replace(".lock", "")
+    rctx.file("requirements.bzl", _REQUIREMENTS_BZL.format(
+        lock = lock_name,
+        short = short,
+        repo = rctx.attr.name,
+        packages = repr(sorted([e.name for e in entries])),
+    ))
+    rctx.file("WORKSPACE", 'workspace(name = "{}")\n'.format(rctx.attr.name))
+
+pip_repository = repository_rule(
+    implementation = _pip_parse_impl,
+    attrs = {
+        "extract": attr.bool(default = True, doc = "Unzip wheels into one site dir (py_library); else keep .whl files."),
+        "python_interpreter": attr.string(default = "/usr/bin/python3"),
+        "quiet": attr.bool(default = True),
+        "requirements_lock": attr.label(allow_single_file = True, mandatory = True),
+        "timeout": attr.int(default = 600),
+    },
+    environ = ["PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_CONFIG_FILE"],
+)

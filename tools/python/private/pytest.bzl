@@ -1,0 +1,28 @@
+"""py_pytest_test: a py_test whose main is the pytest launcher."""
+
+load("@pip_tools//:requirements.bzl", "requirement")
+
+def py_pytest_test(name, srcs, deps = [], data = [], args = [], **kwargs):
+    """Runs pytest on `srcs` (and any conftest.py among them) as one Bazel test.
+
+    Args:
+      name: target name.
+      srcs: test files; conftest.py files go here too.
+      deps: libraries the tests import.
+      data: runtime files.
+      args: extra pytest arguments.
+      **kwargs: passed to py_test (size, env, tags, ...).
+    """
+    launcher = "//tools/python:pytest_main.py"
+    kwargs.setdefault("size", "small")
+    test_files = [s for s in srcs if not s.endswith("conftest.py")]
+    native.py_test(
+        name = name,
+        srcs = srcs + [launcher],
+        main = launcher,
+        python_version = "PY3",
+        deps = deps + [requirement("pytest")],
+        data = data,
+        args = ["$(rootpath {})".format(s) for s in test_files] + args,
+        **kwargs
+    )
