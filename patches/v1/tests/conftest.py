@@ -12,3 +12,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "detects_stock_bug: fails on stock sglang 0.5.19, passes once the patch is applied",
     )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    # Shows which sglang tree (stock, patched, image) the run actually imported.
+    import sglang
+
+    return f"sglang under test: {sglang.__path__[0]}"

@@ -45,6 +45,7 @@ def test_default_is_empty() -> None:
     assert _config().ignored_layers == []
 
 
+@pytest.mark.detects_stock_bug
 def test_list_is_copied_not_shared() -> None:
     # The checkpoint dict may be reused by the caller; mutating it later must not
     # change the built config.
