@@ -1,0 +1,70 @@
+"""Prints `N passed, N failed` for a `bazel test` run from its build event protocol JSON file.
+
+Bazel's own closing summary ("Executed N out of M tests") is not a line CI recognizes, so
+.ci/run passes `--build_event_json_file` and calls this. Every test target counts once: PASSED
+(cached or not) is a pass; FAILED, TIMEOUT, FLAKY, INCOMPLETE, REMOTE_FAILURE, FAILED_TO_BUILD,
+NO_STATUS and tests that were aborted before running are failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Summary:
+    passed: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def line(self) -> str:
+        return f"{len(self.passed)} passed, {len(self.failed)} failed"
+
+
+def summarize(events: list[dict]) -> Summary:
+    summary = Summary()
+    test_targets: set[str] = set()
+    for event in events:
+        ident = event.get("id", {})
+        if "targetCompleted" in ident and event.get("completed", {}).get("testTimeoutSeconds") is not None:
+            test_targets.add(ident["targetCompleted"]["label"])
+        if "testSummary" in ident:
+            label = ident["testSummary"]["label"]
+            test_targets.add(label)
+            status = event.get("testSummary", {}).get("overallStatus", "NO_STATUS")
+            if status == "PASSED":
+                summary.passed.append(label)
+            else:
+                summary.failed[label] = status
+        elif "targetCompleted" in ident and "aborted" in event:
+            label = ident["targetCompleted"]["label"]
+            summary.failed.setdefault(label, "ABORTED: " + event["aborted"].get("reason", "unknown"))
+    for label in sorted(test_targets - set(summary.passed) - set(summary.failed)):
+        summary.failed[label] = "NO_STATUS"  # built or configured, never reported a result
+    return summary
+
+
+def read_events(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("bep_json", type=Path, help="file written by --build_event_json_file")
+    parser.add_argument("--bazel-exit-code", type=int, default=0, help="exit code of the bazel test run")
+    args = parser.parse_args(argv)
+    summary = summarize(read_events(args.bep_json) if args.bep_json.exists() else [])
+    if args.bazel_exit_code != 0 and not summary.failed:
+        # The build failed before any test could report (an analysis error, a failed fetch).
+        summary.failed["(build)"] = f"bazel exited with {args.bazel_exit_code}; see its output above"
+    for label, status in sorted(summary.failed.items()):
+        print(f"FAILED {label}: {status}")
+    print(summary.line())
+    return 0 if not summary.failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

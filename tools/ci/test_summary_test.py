@@ -1,0 +1,53 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tools.ci.test_summary import read_events, summarize
+
+
+def _event(kind: str, label: str, **body) -> dict:
+    return {"id": {kind: {"label": label}}, **body}
+
+
+def test_counts_passed_cached_and_failed_targets(tmp_path: Path) -> None:
+    events = [
+        _event("targetCompleted", "//a:t", completed={"success": True, "testTimeoutSeconds": "60"}),
+        _event("testSummary", "//a:t", testSummary={"overallStatus": "PASSED"}),
+        _event("targetCompleted", "//b:t", completed={"success": True, "testTimeoutSeconds": "60"}),
+        _event("testSummary", "//b:t", testSummary={"overallStatus": "FAILED"}),
+        _event("testSummary", "//c:t", testSummary={"overallStatus": "TIMEOUT"}),
+    ]
+    summary = summarize(events)
+    assert summary.line() == "1 passed, 2 failed"
+    assert summary.failed == {"//b:t": "FAILED", "//c:t": "TIMEOUT"}
+
+
+def test_aborted_and_silent_test_targets_are_failures() -> None:
+    events = [
+        {"id": {"targetCompleted": {"label": "//x:t"}}, "aborted": {"reason": "SKIPPED"}},
+        _event("targetCompleted", "//y:t", completed={"success": True, "testTimeoutSeconds": "300"}),
+    ]
+    summary = summarize(events)
+    assert summary.line() == "0 passed, 2 failed"
+    assert summary.failed["//y:t"] == "NO_STATUS"
+
+
+def test_cli_prints_plain_line_and_exit_code(tmp_path: Path) -> None:
+    bep = tmp_path / "bep.json"
+    bep.write_text(json.dumps(_event("testSummary", "//a:t", testSummary={"overallStatus": "PASSED"})) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "tools.ci.test_summary", str(bep)], capture_output=True, text=True)
+    assert proc.stdout.splitlines()[-1] == "1 passed, 0 failed"
+    assert proc.returncode == 0
+    assert read_events(bep)[0]["id"]["testSummary"]["label"] == "//a:t"
+
+
+def test_failed_build_without_test_results_counts_as_a_failure(tmp_path: Path) -> None:
+    bep = tmp_path / "bep.json"
+    bep.write_text(json.dumps(_event("testSummary", "//a:t", testSummary={"overallStatus": "PASSED"})) + "\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.ci.test_summary", str(bep), "--bazel-exit-code", "1"],
+        capture_output=True, text=True,
+    )
+    assert proc.stdout.splitlines()[-1] == "1 passed, 1 failed"
+    assert proc.returncode == 1
