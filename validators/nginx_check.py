@@ -1,0 +1,129 @@
+"""nginx: embedded configs pass a real `nginx -t`; streaming keepalive; public metrics isolation.
+
+Rules, per nginx config embedded in compose `configs` and mounted into an nginx service:
+  * the text the container sees (Compose interpolation applied, `$$` -> `$`) passes `nginx -t`;
+  * every HTTP/2 server block that proxies to an inference proxy sets `keepalive_timeout` and
+    `keepalive_requests` in server scope (long streams must not be cut by the defaults);
+  * every TLS server block that proxies to an inference proxy answers `location ^~ /metrics` and
+    `location ^~ /v1/metrics` with `return 404` (metrics stay private), and a file that has
+    inference proxies behind nginx has at least one such TLS listener.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from typing import Iterable
+
+from validators import cli, nginx_conf, nginx_test
+from validators.compose_doc import ComposeFile, Finding
+from validators.topology import (EmbeddedNginx, inference_proxies, nginx_configs, proxied_hosts,
+                                 upstream_hosts)
+
+VALIDATOR = "nginx"
+
+METRICS_PATHS = ("/metrics", "/v1/metrics")
+
+
+def _listen_flags(server: nginx_conf.Directive) -> tuple[bool, bool]:
+    tls = http2 = False
+    for listen in server.children("listen"):
+        tls |= "ssl" in listen.values
+        http2 |= "http2" in listen.values
+    http2 |= any(d.values[:1] == ["on"] for d in server.children("http2"))
+    return tls, http2
+
+
+def _describe(server: nginx_conf.Directive) -> str:
+    listens = ", ".join(" ".join(l.values) for l in server.children("listen")) or "no listen"
+    return f"server block at line {server.line} (listen {listens})"
+
+
+def _returns_404(location: nginx_conf.Directive) -> bool:
+    return any(r.values[:1] == ["404"] for r in location.children("return"))
+
+
+def _metrics_findings(compose: ComposeFile, item: EmbeddedNginx,
+                      server: nginx_conf.Directive) -> list[Finding]:
+    findings = []
+    locations = server.children("location")
+    for path in METRICS_PATHS:
+        prefix = [l for l in locations if l.values == ["^~", path]]
+        if not prefix or not all(_returns_404(l) for l in prefix):
+            findings.append(compose.finding(item.where, (
+                f"{_describe(server)} is a public TLS listener in front of an inference proxy "
+                f"but does not block {path}: add `location ^~ {path} {{ return 404; }}`")))
+        for exact in (l for l in locations if l.values == ["=", path] and not _returns_404(l)):
+            findings.append(compose.finding(item.where, (
+                f"{_describe(server)}: `location = {path}` at line {exact.line} overrides the "
+                f"404 for {path}; make it `return 404;` or remove it")))
+    return findings
+
+
+def static_findings(compose: ComposeFile, items: Iterable[EmbeddedNginx]) -> list[Finding]:
+    """The keepalive and metrics rules on the parsed configs (no nginx binary needed)."""
+    proxies = set(inference_proxies(compose))
+    findings: list[Finding] = []
+    tls_listeners = 0
+    fronted = False
+    for item in items:
+        if item.error:
+            findings.append(compose.finding(item.where, f"Compose interpolation fails: {item.error}"))
+        if item.syntax_error:
+            findings.append(compose.finding(item.where, (
+                f"nginx syntax: {item.syntax_error} (braces and `;` must balance)")))
+            continue
+        upstreams = upstream_hosts(item.directives)
+        for server in nginx_conf.servers(item.directives):
+            hosts = proxied_hosts(server, item.directives, upstreams) & proxies
+            if not hosts:
+                continue
+            fronted = True
+            tls, http2 = _listen_flags(server)
+            if http2:
+                missing = [k for k in ("keepalive_timeout", "keepalive_requests")
+                           if not server.children(k)]
+                if missing:
+                    findings.append(compose.finding(item.where, (
+                        f"{_describe(server)} serves HTTP/2 in front of {', '.join(sorted(hosts))} "
+                        f"but lacks {' and '.join(missing)} in server scope; long streams are "
+                        f"closed by the defaults (set e.g. `keepalive_timeout 1h; "
+                        f"keepalive_requests 1000000;`)")))
+            if tls:
+                tls_listeners += 1
+                findings += _metrics_findings(compose, item, server)
+    if fronted and tls_listeners == 0:
+        findings.append(compose.finding("configs", (
+            "nginx proxies to an inference proxy but no TLS listener (listen … ssl) does; "
+            "the public metrics rule has nothing to check")))
+    return findings
+
+
+def check(compose: ComposeFile, args: argparse.Namespace) -> list[Finding]:
+    items = nginx_configs(compose)
+    findings = static_findings(compose, items)
+    if args.nginx_bin:
+        for group in nginx_test.group_by_service(items):
+            for error in nginx_test.run_nginx_t(group, args.nginx_bin, args.openssl_bin):
+                findings.append(compose.finding(error.where, f"nginx -t: {error.message}"))
+    return findings
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nginx-bin", default=os.environ.get("NGINX_BIN", shutil.which("nginx",
+                   path="/usr/sbin:/usr/bin") or ""),
+                   help="nginx binary for `nginx -t` (default: Debian's /usr/sbin/nginx); "
+                        "empty skips the real check")
+    p.add_argument("--openssl-bin", default=shutil.which("openssl") or "/usr/bin/openssl",
+                   help="openssl, for the throwaway self-signed certificate")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli.main(VALIDATOR, __doc__.splitlines()[0], check, add_arguments, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""Who is who in a compose file: inference proxies, engines, nginx and its embedded configs."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from validators import nginx_conf
+from validators.compose_doc import (CI_DUMMY_ENV, ComposeFile, InterpolationError, command_argv,
+                                    config_contents, env_map, interpolate)
+
+
+def image_repository(image: str) -> str:
+    """`docker.io/library/nginx:1.27@sha256:…` -> `docker.io/library/nginx`."""
+    ref = image.split("@", 1)[0]
+    last = ref.rsplit("/", 1)
+    if ":" in last[-1]:
+        ref = ref.rsplit(":", 1)[0]
+    return ref
+
+
+def is_inference_proxy(name: str, service: Mapping[str, Any]) -> bool:
+    """Proxies in front of engines: `proxy-*`/`vllm-proxy-*`, or MODEL_NAME + CLOUD_API_URL env."""
+    if name.startswith(("proxy-", "vllm-proxy-")):
+        return True
+    env = env_map(service.get("environment"))
+    return "MODEL_NAME" in env and "CLOUD_API_URL" in env
+
+
+def inference_proxies(compose: ComposeFile) -> list[str]:
+    return [n for n, s in compose.services.items()
+            if isinstance(s, Mapping) and is_inference_proxy(n, s)]
+
+
+def is_engine(service: Any) -> bool:
+    """An SGLang engine: its command runs `sglang serve` / `sglang.launch_server`."""
+    if not isinstance(service, Mapping):
+        return False
+    argv = command_argv(service.get("command"))
+    entry = service.get("entrypoint")
+    argv = command_argv(entry) + argv if entry else argv
+    text = " ".join(argv[:4])
+    return text.startswith("sglang serve") or "sglang.launch_server" in text
+
+
+def engines(compose: ComposeFile) -> list[str]:
+    return [n for n, s in compose.services.items() if is_engine(s)]
+
+
+def is_nginx_service(service: Any) -> bool:
+    if not isinstance(service, Mapping) or not isinstance(service.get("image"), str):
+        return False
+    return "nginx" in image_repository(service["image"]).rsplit("/", 1)[-1]
+
+
+@dataclass
+class EmbeddedNginx:
+    """One nginx config embedded in `configs`, as the container sees it after interpolation."""
+
+    config: str  # name under top-level `configs`
+    target: str  # mount path inside the nginx container
+    services: list[str]
+    text: str  # interpolated (`$$` -> `$`)
+    error: str = ""  # interpolation failure
+    directives: list[nginx_conf.Directive] = field(default_factory=list)
+    syntax_error: nginx_conf.NginxSyntaxError | None = None
+
+    @property
+    def where(self) -> str:
+        return f"configs.{self.config}.content"
+
+
+def _mounts(service: Mapping[str, Any]) -> list[tuple[str, str]]:
+    out = []
+    for item in service.get("configs") or []:
+        if isinstance(item, str):
+            out.append((item, f"/{item}"))
+        elif isinstance(item, Mapping) and item.get("source"):
+            source = str(item["source"])
+            out.append((source, str(item.get("target") or f"/{source}")))
+    return out
+
+
+def nginx_configs(compose: ComposeFile,
+                  env: Mapping[str, str] = CI_DUMMY_ENV) -> list[EmbeddedNginx]:
+    """Embedded configs mounted into nginx services, parsed; errors are kept on the object."""
+    contents = config_contents(compose)
+    found: dict[str, EmbeddedNginx] = {}
+    for name, service in compose.services.items():
+        if not is_nginx_service(service):
+            continue
+        for source, target in _mounts(service):
+            if source not in contents:
+                continue
+            if source in found:
+                found[source].services.append(name)
+                continue
+            item = EmbeddedNginx(source, target, [name], "")
+            try:
+                item.text = interpolate(contents[source], env)
+            except InterpolationError as exc:
+                item.error = str(exc)
+                item.text = contents[source].replace("$$", "$")
+            try:
+                item.directives = nginx_conf.parse(item.text)
+            except nginx_conf.NginxSyntaxError as exc:
+                item.syntax_error = exc
+            found[source] = item
+    return list(found.values())
+
+
+_VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+
+
+def _set_values(scope: list[nginx_conf.Directive]) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for d in nginx_conf.walk(scope):
+        if d.name == "set" and len(d.args) >= 2:
+            values[d.args[0].text.lstrip("$")] = d.args[1].text
+    return values
+
+
+def upstream_hosts(directives: list[nginx_conf.Directive]) -> dict[str, list[str]]:
+    """`upstream NAME { server HOST:PORT; }` -> {NAME: [HOST, …]}."""
+    result: dict[str, list[str]] = {}
+    for d in nginx_conf.walk(directives):
+        if d.name == "upstream" and d.block is not None and d.args:
+            result[d.args[0].text] = [url_host(s.args[0].text) for s in d.children("server") if s.args]
+    return result
+
+
+def url_host(url: str) -> str:
+    """Host of `http://host:port/path`, `host:port`, `[v6]:port`; '' for unix sockets."""
+    rest = url.split("://", 1)[1] if "://" in url else url
+    if rest.startswith("unix:"):
+        return ""
+    rest = rest.split("/", 1)[0]
+    if rest.startswith("["):
+        return rest[1:].split("]", 1)[0]
+    return rest.split(":", 1)[0]
+
+
+PASS_DIRECTIVES = ("proxy_pass", "grpc_pass")
+
+
+def proxied_hosts(server: nginx_conf.Directive, http_scope: list[nginx_conf.Directive],
+                  upstreams: Mapping[str, list[str]]) -> set[str]:
+    """Hosts a server block proxies to, resolving `set $var host` and `upstream` names."""
+    values = {**_set_values([d for d in http_scope if d.name == "set"]), **_set_values([server])}
+    hosts: set[str] = set()
+    for d in server.walk():
+        if d.name not in PASS_DIRECTIVES or not d.args:
+            continue
+        url = _VAR.sub(lambda m: values.get(m.group(1), m.group(0)), d.args[0].text)
+        host = url_host(url)
+        hosts.update(upstreams.get(host, [host]) if host else [])
+    return hosts
+
+
+def all_proxied_hosts(item: EmbeddedNginx) -> set[str]:
+    upstreams = upstream_hosts(item.directives)
+    hosts: set[str] = set()
+    for server in nginx_conf.servers(item.directives):
+        hosts |= proxied_hosts(server, item.directives, upstreams)
+    return hosts
