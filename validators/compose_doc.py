@@ -72,9 +72,12 @@ def load_yaml_text(text: str, label: str) -> Any:
     try:
         return yaml.load(text)
     except YAMLError as exc:
-        # ruamel's message already names line and column; keep it on one line per mark.
-        detail = " ".join(str(exc).split())
-        raise LoadError(f"{label}: invalid YAML: {detail}") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+        context = getattr(exc, "context", None)
+        detail = f"{context}: {problem}" if context else problem
+        raise LoadError(f"{label}: invalid YAML{where}: {detail}") from None
 
 
 @dataclass

@@ -1,0 +1,156 @@
+"""The GLM-5.3 W4AFP8 long-context production contract, declared independently of the generator.
+
+The generator writes the compose file from its variant tables; this table is the second, separate
+statement of what production must run. A change that is meant must be made in both places, so a
+change that is not meant cannot pass silently. Image digests are not typed here: each replica
+names the recipe whose release record (recipes/releases/<recipe>.json) gives its digest.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class ReplicaContract:
+    index: int
+    name: str
+    recipe: str  # release record that pins the image
+    device_ids: tuple[str, ...]
+    chunk: int
+    pdi: int
+    dist_init: str
+    qsplit: bool
+    hicache_budget: str  # the SGLANG_HICACHE_RAM_BUDGET value (host-overridable)
+
+
+@dataclass(frozen=True)
+class FileContract:
+    """What the long-context file must contain; see README for the rule list."""
+
+    services: tuple[str, ...]
+    replicas: tuple[ReplicaContract, ...]
+    argv_template: str  # placeholders CHUNK, PDI, DIST_INIT
+    env_template: Mapping[str, str]  # placeholders HICACHE_BUDGET, QSPLIT
+    proxy: str
+    backend_urls_var: str
+    forbidden_env: tuple[str, ...]
+    # Dotted paths that may legitimately differ from the file this one derives from, each with
+    # the reason; everything else outside the engines must be equal.
+    derived_differences: Mapping[str, str] = field(default_factory=dict)
+
+    def replica(self, name: str) -> ReplicaContract | None:
+        return next((r for r in self.replicas if r.name == name), None)
+
+    def argv(self, replica: ReplicaContract) -> list[str]:
+        text = (self.argv_template.replace("CHUNK", str(replica.chunk))
+                .replace("PDI", str(replica.pdi)).replace("DIST_INIT", replica.dist_init))
+        return shlex.split(text)
+
+    def environment(self, replica: ReplicaContract) -> dict[str, str]:
+        env = dict(self.env_template)
+        env["SGLANG_HICACHE_RAM_BUDGET"] = replica.hicache_budget
+        if replica.qsplit:
+            env["SGLANG_DSA_INDEXER_QSPLIT"] = "1"
+        return env
+
+
+# Admission-reserve knobs that are not rank-deterministic (MIN_WAIT_S crashed the engine) or are
+# debug-only: no service may set them.
+FORBIDDEN_ENV = (
+    "SGLANG_ADMISSION_RESERVE_MIN_WAIT_S",
+    "SGLANG_ADMISSION_RESERVE_MIN_ITERS",
+    "SGLANG_ADMISSION_RESERVE_FIT",
+    "SGLANG_ADMISSION_RESERVE_DEBUG",
+)
+
+W4AFP8_LONG_CONTEXT_ARGV = """
+sglang serve
+--model-path /root/.cache/huggingface/glm53/GLM-5.3-Flash-W4AFP8
+--served-model-name z-ai/glm-5.3-flash
+--tp-size 4
+--ep-size 4
+--mem-fraction-static 0.80
+--max-running-requests 32
+--max-queued-requests 8
+--enable-priority-scheduling
+--disable-priority-preemption
+--chunked-prefill-size CHUNK
+--max-prefill-tokens 32768
+--prefill-decode-interval PDI
+--cuda-graph-max-bs-decode 32
+--dsa-prefill-backend tilelang
+--dsa-decode-backend tilelang
+--kv-cache-dtype bfloat16
+--speculative-algorithm EAGLE
+--speculative-num-steps 5
+--speculative-eagle-topk 1
+--speculative-num-draft-tokens 6
+--speculative-adaptive
+--reasoning-parser glm45
+--enable-strict-thinking
+--grammar-backend xgrammar
+--tool-call-parser glm47
+--chat-template /root/.cache/huggingface/glm53/chat_template.jinja
+--context-length 1048576
+--dist-init-addr DIST_INIT
+--watchdog-timeout 1800
+--host 0.0.0.0
+--port 8000
+--enable-metrics
+--enable-cache-report
+--log-requests-level 0
+--disable-fast-image-processor
+--limit-mm-data-per-request '{"image": 64}'
+--enable-hierarchical-cache
+--hicache-write-policy write_through
+--hicache-io-backend direct
+--hicache-mem-layout page_first_direct
+"""
+
+W4AFP8_LONG_CONTEXT_ENV = MappingProxyType({
+    "HF_TOKEN": "${HUGGING_FACE_HUB_TOKEN:?HUGGING_FACE_HUB_TOKEN must be set}",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "DO_NOT_TRACK": "1",
+    "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+    "OPENBLAS_L2_SIZE": "2097152",
+    "NCCL_DEBUG": "WARN",
+    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+    "TORCHINDUCTOR_CACHE_DIR": "/root/.cache/kernels/inductor",
+    "TRITON_CACHE_DIR": "/root/.cache/kernels/triton",
+    "TILELANG_CACHE_DIR": "/root/.cache/tilelang",
+    "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0",
+    "SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1",
+    "SGLANG_HICACHE_CUDA_HOST_MEMORY": "${GLM53_HICACHE_CUDA_HOST_MEMORY:-1}",
+    "SGLANG_HICACHE_POOLED_TRANSFERS": "1",
+    "SGLANG_HICACHE_STAGING_PAGES": "64",
+})
+
+REPLICA_PREFIX = "model-sg-glm53-w4afp8-tp4-r"
+
+W4AFP8_LONG_CONTEXT = FileContract(
+    services=(
+        "model-downloader", "hf-cleanup", "nginx", "model-proxy-registrar", "proxy-glm53",
+        f"{REPLICA_PREFIX}1", f"{REPLICA_PREFIX}2", "glm53-perception-check",
+        "glm53-soak-relay", "dcgm-glm53", "otelcol-contrib",
+    ),
+    replicas=(
+        ReplicaContract(1, f"{REPLICA_PREFIX}1", "//recipes:glm53_v2", ("0", "1", "2", "3"),
+                        chunk=8192, pdi=1, dist_init="127.0.0.1:29510", qsplit=True,
+                        hicache_budget="${GLM53_HICACHE_RAM_BUDGET:-406GiB}"),
+        ReplicaContract(2, f"{REPLICA_PREFIX}2", "//recipes:glm53_v3", ("4", "5", "6", "7"),
+                        chunk=8192, pdi=2, dist_init="127.0.0.1:29511", qsplit=True,
+                        hicache_budget="${GLM53_R2_HICACHE_RAM_BUDGET:-650GiB}"),
+    ),
+    argv_template=W4AFP8_LONG_CONTEXT_ARGV,
+    env_template=W4AFP8_LONG_CONTEXT_ENV,
+    proxy="proxy-glm53",
+    backend_urls_var="GLM53_BACKEND_URLS",
+    forbidden_env=FORBIDDEN_ENV,
+    derived_differences=MappingProxyType({}),
+)

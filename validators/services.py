@@ -1,0 +1,155 @@
+"""Service contracts: dependency direction, registrar auth, proxy environment, digest pinning.
+
+Rules:
+  * an inference proxy never `depends_on` an engine (a restarting engine must not take the proxy,
+    and with it every other replica, down);
+  * nginx `depends_on` every inference proxy its embedded config routes to;
+  * inference proxies pass WEB_CONTEXT_SEARCH_URL and WEB_CONTEXT_SEARCH_API_KEY;
+  * the model-proxy registrar gets PROXY_TOKEN from the host, its script sets
+    INFERENCE_TOKEN from it, and every probe of the inference API sends it as a bearer token;
+  * every image (services and `x-*` anchors) is pinned by digest, and nothing is built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from typing import Any, Mapping
+
+from validators import cli
+from validators.compose_doc import (ComposeFile, Finding, config_contents, depends_on_names,
+                                    env_map, join_path)
+from validators.topology import (all_proxied_hosts, engines, inference_proxies, is_nginx_service,
+                                 nginx_configs)
+
+VALIDATOR = "service-contracts"
+
+DIGEST_PINNED = re.compile(r"^[a-z0-9][a-z0-9._/:-]*(:[\w.-]+)?@sha256:[0-9a-f]{64}$")
+PROXY_REQUIRED_ENV = ("WEB_CONTEXT_SEARCH_URL", "WEB_CONTEXT_SEARCH_API_KEY")
+REGISTRAR = "model-proxy-registrar"
+# Probes of the inference API the registrar makes; each must authenticate.
+PROBED = re.compile(r"/v1/chat/completions|/v1/models|\$\{?READY_URL\}?")
+BEARER = re.compile(r"Authorization: Bearer \$\{?INFERENCE_TOKEN\}?")
+TOKEN_FROM_HOST = re.compile(r"^\$\{PROXY_TOKEN(:?\?[^}]*)?\}$")
+INFERENCE_TOKEN_DEF = re.compile(r"""^\s*(export\s+)?INFERENCE_TOKEN=["']?\$\{?PROXY_TOKEN\}?["']?\s*$""",
+                                 re.M)
+
+
+def dependency_findings(compose: ComposeFile) -> list[Finding]:
+    findings = []
+    engine_names = set(engines(compose))
+    proxies = inference_proxies(compose)
+    for proxy in proxies:
+        deps = depends_on_names(compose.services[proxy].get("depends_on"))
+        for dep in sorted(set(deps) & engine_names):
+            findings.append(compose.finding(join_path("services", proxy, "depends_on"), (
+                f"inference proxy depends on engine {dep}: remove it (the proxy health-checks "
+                "its backends; a dependency would restart the proxy with one replica)")))
+    routed_by: dict[str, set[str]] = {}
+    for item in nginx_configs(compose):
+        hosts = all_proxied_hosts(item) & set(proxies)
+        for service in item.services:
+            routed_by.setdefault(service, set()).update(hosts)
+    for name, service in compose.services.items():
+        if not is_nginx_service(service):
+            continue
+        deps = set(depends_on_names(service.get("depends_on")))
+        for proxy in sorted(routed_by.get(name, set()) - deps):
+            findings.append(compose.finding(join_path("services", name, "depends_on"), (
+                f"nginx routes to inference proxy {proxy} but does not depend on it: "
+                f"add `{proxy}` to depends_on")))
+    return findings
+
+
+def proxy_env_findings(compose: ComposeFile) -> list[Finding]:
+    findings = []
+    for proxy in inference_proxies(compose):
+        env = env_map(compose.services[proxy].get("environment"))
+        for key in PROXY_REQUIRED_ENV:
+            if not env.get(key):
+                findings.append(compose.finding(join_path("services", proxy, "environment", key), (
+                    f"inference proxy must pass {key} (web context search); "
+                    f"set `{key}: ${{{key}:?{key} must be set}}`")))
+    return findings
+
+
+def _logical_lines(script: str) -> list[str]:
+    return script.replace("\\\n", " ").splitlines()
+
+
+def registrar_findings(compose: ComposeFile) -> list[Finding]:
+    service = compose.services.get(REGISTRAR)
+    if not isinstance(service, Mapping):
+        return []
+    base = join_path("services", REGISTRAR)
+    findings = []
+    env = env_map(service.get("environment"))
+    if not TOKEN_FROM_HOST.match(env.get("PROXY_TOKEN") or ""):
+        findings.append(compose.finding(join_path(base, "environment", "PROXY_TOKEN"), (
+            f"registrar must take PROXY_TOKEN from the host: `PROXY_TOKEN: ${{PROXY_TOKEN}}` "
+            f"(found {env.get('PROXY_TOKEN')!r})")))
+    contents = config_contents(compose)
+    scripts: list[tuple[str, str]] = []
+    for item in service.get("configs") or []:
+        source = item if isinstance(item, str) else (item or {}).get("source")
+        if source in contents:
+            scripts.append((join_path("configs", source, "content"), contents[source]))
+    command = service.get("command")
+    if isinstance(command, list):
+        scripts += [(join_path(base, "command", i), str(t)) for i, t in enumerate(command)
+                    if "curl" in str(t)]
+    elif isinstance(command, str) and "curl" in command:
+        scripts.append((join_path(base, "command"), command))
+    if not scripts:
+        return findings + [compose.finding(base, (
+            "registrar has no script (config mounted by the service or inline command) to check"))]
+    for where, raw in scripts:
+        script = raw.replace("$$", "$")
+        if not INFERENCE_TOKEN_DEF.search(script):
+            findings.append(compose.finding(where, (
+                'registrar script must define `INFERENCE_TOKEN="$${PROXY_TOKEN}"` '
+                "(compose-escaped) before probing the inference API")))
+        for number, line in enumerate(_logical_lines(script), start=1):
+            if re.search(r"\bcurl\b", line) and PROBED.search(line) and not BEARER.search(line):
+                findings.append(compose.finding(where, (
+                    f"line {number}: curl probe of the inference API without "
+                    "`-H \"Authorization: Bearer $$INFERENCE_TOKEN\"`: "
+                    f"{' '.join(line.split())[:120]}")))
+    return findings
+
+
+def digest_findings(compose: ComposeFile) -> list[Finding]:
+    findings = []
+    blocks: list[tuple[str, Any]] = [(join_path("services", n), s) for n, s in compose.services.items()]
+    blocks += [(str(k), v) for k, v in compose.doc.items() if str(k).startswith("x-")]
+    for where, block in blocks:
+        if not isinstance(block, Mapping):
+            continue
+        if "build" in block:
+            findings.append(compose.finding(join_path(where, "build"), (
+                "services are deployed from published images: remove `build` and pin `image` "
+                "by digest")))
+        image = block.get("image")
+        if image is None:
+            if where.startswith("services.") and "build" not in block:
+                findings.append(compose.finding(join_path(where, "image"), "no image"))
+            continue
+        if not DIGEST_PINNED.match(str(image)):
+            findings.append(compose.finding(join_path(where, "image"), (
+                f"image {image!r} is not pinned by digest: use <repository>@sha256:<64 hex> "
+                "(a tag can move under a running deployment)")))
+    return findings
+
+
+def check(compose: ComposeFile, args: argparse.Namespace) -> list[Finding]:
+    return (dependency_findings(compose) + proxy_env_findings(compose)
+            + registrar_findings(compose) + digest_findings(compose))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli.main(VALIDATOR, __doc__.splitlines()[0], check, None, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
