@@ -1,0 +1,53 @@
+"""Public API: ordered, hash-pinned SGLang patch series applied and verified in one action.
+
+    load("//tools/patches:defs.bzl", "patch_chain", "patch_series", "patch_rehash")
+
+    patch_series(name = "v1_series", declaration = "v1/series.json", patches = glob(["v1/*.diff"]))
+    patch_series(name = "v2_series", declaration = "v2/series.json", patches = glob(["v2/*.diff"]), extends = ":v1_series")
+    patch_chain(name = "v2", series = ":v2_series")   # base = "@sglang_src_0_5_19//:tree"
+    patch_rehash(name = "rehash")                       # bazel run //patches:rehash -- v2 [--write]
+
+See patches/README.md for the declaration format and the errors.
+"""
+
+load(
+    "//tools/patches/private:patch_chain.bzl",
+    _PatchChainInfo = "PatchChainInfo",
+    _PatchSeriesInfo = "PatchSeriesInfo",
+    _patch_chain = "patch_chain",
+    _patch_series = "patch_series",
+)
+
+PatchChainInfo = _PatchChainInfo
+PatchSeriesInfo = _PatchSeriesInfo
+patch_series = _patch_series
+
+def patch_chain(name, series, base = "@sglang_src_0_5_19//:tree", **kwargs):
+    """The verified, applied series `series` (a patch_series label) on `base`.
+
+    Provides PatchChainInfo and DefaultInfo with the patched directory, PROVENANCE.json,
+    PROVENANCE and the resolved declaration.
+    """
+    _patch_chain(name = name, series = series, base = base, **kwargs)
+
+def patch_rehash(name, base = "@sglang_src_0_5_19//:tree", base_marker = "@sglang_src_0_5_19//:sglang/__init__.py", **kwargs):
+    """`bazel run :<name> -- <series> [--write]`: recompute a declaration's hashes, show the change.
+
+    Reads and writes the declarations under this package's directory in the workspace.
+    """
+    native.py_binary(
+        name = name,
+        srcs = ["//tools/patches/private:rehash.py"],
+        main = "//tools/patches/private:rehash.py",
+        python_version = "PY3",
+        deps = ["//tools/patches/private:patchchain"],
+        data = [base, base_marker],
+        args = [
+            "--base-marker",
+            "$(rootpath %s)" % base_marker,
+            "--allow-input-symlinks",
+            "--patches-dir-from-workspace",
+            native.package_name(),
+        ],
+        **kwargs
+    )

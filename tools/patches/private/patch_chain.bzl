@@ -1,0 +1,115 @@
+"""Implementation of patch_series / patch_chain (public API: //tools/patches:defs.bzl)."""
+
+PatchSeriesInfo = provider(
+    doc = "A series declaration with its ancestors (root first) and every patch file of the chain.",
+    fields = {
+        "name": "the series name (its directory under patches/)",
+        "declarations": "list of File: series.json of the chain, root first",
+        "patches": "list of File: the .diff files of the chain",
+    },
+)
+
+PatchChainInfo = provider(
+    doc = "A verified, applied patch series.",
+    fields = {
+        "series": "the series name, e.g. \"v3\"",
+        "patched": "directory artifact holding only the touched files, at package-relative paths sglang/...",
+        "provenance_json": "File: PROVENANCE.json",
+        "provenance_text": "File: PROVENANCE (readable)",
+        "declaration": "File: the resolved series declaration, parents included, as JSON",
+    },
+)
+
+def _series_name(declaration):
+    return declaration.dirname.split("/")[-1]
+
+def _patch_series_impl(ctx):
+    parent = ctx.attr.extends[PatchSeriesInfo] if ctx.attr.extends else None
+    declarations = (parent.declarations if parent else []) + [ctx.file.declaration]
+    patches = (parent.patches if parent else []) + ctx.files.patches
+    for p in ctx.files.patches:
+        if p.dirname != ctx.file.declaration.dirname:
+            fail("patch %s must sit next to its declaration %s" % (p.short_path, ctx.file.declaration.short_path))
+    return [
+        PatchSeriesInfo(name = _series_name(ctx.file.declaration), declarations = declarations, patches = patches),
+        DefaultInfo(files = depset(declarations + patches)),
+    ]
+
+patch_series = rule(
+    implementation = _patch_series_impl,
+    doc = "A series declaration (<series>/series.json) and the .diff files next to it.",
+    attrs = {
+        "declaration": attr.label(allow_single_file = ["series.json"], mandatory = True),
+        "patches": attr.label_list(allow_files = [".diff", ".patch"], doc = "glob([\"<series>/*.diff\"]): every patch file of the directory"),
+        "extends": attr.label(providers = [PatchSeriesInfo], doc = "the parent series (same as `extends` in series.json)"),
+    },
+)
+
+def _package_root(files):
+    """The directory holding sglang/ among the base tree's files."""
+    markers = [f for f in files if f.path.endswith("sglang/__init__.py") and (f.path == "sglang/__init__.py" or f.path.endswith("/sglang/__init__.py"))]
+    if not markers:
+        fail("the base must contain sglang/__init__.py")
+    marker = markers[0]
+    for f in markers:
+        if len(f.path) < len(marker.path):
+            marker = f
+    return marker.dirname.rpartition("/")[0] or "."
+
+def _patch_chain_impl(ctx):
+    series = ctx.attr.series[PatchSeriesInfo]
+    prefix = ctx.label.name + "/"
+    patched = ctx.actions.declare_directory(prefix + "patched")
+    provenance_json = ctx.actions.declare_file(prefix + "PROVENANCE.json")
+    provenance_text = ctx.actions.declare_file(prefix + "PROVENANCE")
+    declaration = ctx.actions.declare_file(prefix + "series.resolved.json")
+    base = ctx.files.base
+    leaf = series.declarations[-1]
+
+    args = ctx.actions.args()
+    args.add("--patches-dir", leaf.dirname.rpartition("/")[0] or ".")
+    args.add("--series", series.name)
+    args.add("--base-root", _package_root(base))
+    args.add("--base-layout", "package")
+    args.add("--allow-input-symlinks")
+    args.add("--quiet")
+    args.add("--out-dir", patched.path)
+    args.add("--provenance-json", provenance_json)
+    args.add("--provenance-text", provenance_text)
+    args.add("--declaration-out", declaration)
+    args.add_all(series.declarations, before_each = "--expect-declaration")
+    args.add_all(series.patches, before_each = "--expect-patch")
+
+    ctx.actions.run(
+        executable = ctx.executable._applier,
+        arguments = [args],
+        inputs = depset(series.declarations + series.patches, transitive = [depset(base)]),
+        outputs = [patched, provenance_json, provenance_text, declaration],
+        mnemonic = "PatchChain",
+        progress_message = "Verifying and applying patch series %s (%d patches)" % (series.name, len(series.patches)),
+    )
+    outputs = [patched, provenance_json, provenance_text, declaration]
+    return [
+        DefaultInfo(files = depset(outputs), runfiles = ctx.runfiles(files = outputs)),
+        PatchChainInfo(
+            series = series.name,
+            patched = patched,
+            provenance_json = provenance_json,
+            provenance_text = provenance_text,
+            declaration = declaration,
+        ),
+        OutputGroupInfo(patched = depset([patched]), provenance = depset([provenance_json, provenance_text])),
+    ]
+
+patch_chain = rule(
+    implementation = _patch_chain_impl,
+    doc = """Verifies and applies a patch series to the SGLang base in one action.
+
+Outputs <name>/patched (only the touched files, sglang/...), <name>/PROVENANCE.json,
+<name>/PROVENANCE and <name>/series.resolved.json.""",
+    attrs = {
+        "series": attr.label(providers = [PatchSeriesInfo], mandatory = True),
+        "base": attr.label(default = "@sglang_src_0_5_19//:tree", allow_files = True, doc = "files of the package root (holding sglang/)"),
+        "_applier": attr.label(default = "//tools/patches/private:apply", executable = True, cfg = "host"),
+    },
+)

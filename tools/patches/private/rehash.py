@@ -1,0 +1,8 @@
+"""Entry point of //patches:rehash (see patchchain/rehash_main.py)."""
+
+import sys
+
+from patchchain.rehash_main import main
+
+if __name__ == "__main__":
+    sys.exit(main())
