@@ -1,0 +1,94 @@
+"""End to end: the runner's suite mode on a small image built from the host's Python.
+
+The stock image carries a fake `sglang` with a bug; the patched image adds a layer fixing it
+plus the tests under /usr/share/glm53-engine/<recipe>/tests, like the real engine images.
+GLM53_TEST_BACKEND selects podman or bwrap (the BUILD file makes one target per backend).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tools.podman import run_in_image
+from tools.podman.tests.host_image import layer_of, python_rootfs, write_layout, write_tree
+
+BACKEND = os.environ.get("GLM53_TEST_BACKEND", "bwrap")
+SITE = "usr/lib/python3/dist-packages"
+TESTS = {
+    "v1/conftest.py": (
+        "def pytest_configure(config):\n"
+        "    config.addinivalue_line('markers', 'detects_stock_bug: fails on stock')\n"
+    ),
+    "v1/test_clamp.py": (
+        "import pytest, sglang\n\n"
+        "@pytest.mark.detects_stock_bug\n"
+        "def test_clamp_limits():\n    assert sglang.clamp(10, 3) == 3\n\n"
+        "def test_clamp_small():\n    assert sglang.clamp(1, 3) == 1\n"
+    ),
+    "v3/test_isolation.py": (
+        "import os, socket\n\n"
+        "def test_only_loopback():\n    assert [n for _, n in socket.if_nameindex()] == ['lo']\n\n"
+        "def test_env_from_image():\n    assert os.environ['GLM53_FROM_IMAGE'] == 'yes'\n"
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("images")
+    base = layer_of(python_rootfs(tmp / "rootfs"))
+    stock = layer_of(write_tree(tmp / "stock", {f"{SITE}/sglang/__init__.py": "def clamp(x, limit):\n    return x\n"}))
+    patch_files = {f"{SITE}/sglang/__init__.py": "def clamp(x, limit):\n    return min(x, limit)\n"}
+    patch_files.update({f"usr/share/glm53-engine/glm53_test/tests/{k}": v for k, v in TESTS.items()})
+    patch = layer_of(write_tree(tmp / "patch", patch_files))
+    env = {"GLM53_FROM_IMAGE": "yes"}
+    write_layout(tmp / "stock.oci", [base, stock], env=env)
+    write_layout(tmp / "patched.oci", [base, stock, patch], env=env)
+    host_tests = write_tree(tmp / "host", {f"tests/{k}": v for k, v in TESTS.items()})
+    return {"stock": tmp / "stock.oci", "patched": tmp / "patched.oci", "host_tests": host_tests}
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch) -> None:
+    # bwrap unpacks into a per-test cache (the sandbox cannot write ~/.cache); podman keeps
+    # the project's real storage so its layers are shared with the recipe tests.
+    if BACKEND == "bwrap":
+        monkeypatch.setenv("GLM53_ENGINE_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def _suite(layout: Path, *extra: str) -> int:
+    return run_in_image.main(["suite", "--backend", BACKEND, "--layout", str(layout), *extra])
+
+
+def test_patched_image_passes_its_shipped_suite(images) -> None:
+    assert _suite(images["patched"], "--tests", "/usr/share/glm53-engine/glm53_test/tests") == 0
+
+
+def test_stock_image_fails_exactly_the_marked_tests(images, monkeypatch) -> None:
+    monkeypatch.chdir(images["host_tests"])
+    files = [f"tests/{k}" for k in TESTS]
+    assert _suite(images["stock"], "--host-tests", *files, "--expect", "stock-bugs") == 0
+    # The same expectation on the patched image must fail: the marked test passes there.
+    assert _suite(images["patched"], "--host-tests", *files, "--expect", "stock-bugs") == 1
+    # And "all pass" on stock must fail.
+    assert _suite(images["stock"], "--host-tests", *files) == 1
+
+
+def test_run_passes_the_exit_code_and_caps_memory(images) -> None:
+    layout = ["--backend", BACKEND, "--layout", str(images["stock"])]
+    assert run_in_image.main(["run", *layout, "--", "python3", "-c", "raise SystemExit(7)"]) == 7
+    probe = (
+        "import pathlib, resource, sys\n"
+        "cg = pathlib.Path('/sys/fs/cgroup/memory/memory.limit_in_bytes')\n"
+        "limit = int(cg.read_text()) if cg.exists() else resource.getrlimit(resource.RLIMIT_AS)[0]\n"
+        "sys.exit(0 if limit == 3 << 30 else 1)\n"
+    )
+    assert run_in_image.main(["run", *layout, "--memory-gib", "3", "--", "python3", "-c", probe]) == 0
+
+
+def test_missing_layout_is_a_clear_error(tmp_path: Path, capsys) -> None:
+    assert run_in_image.main(["info", "--layout", str(tmp_path)]) == 1
+    assert "exactly one OCI layout directory" in capsys.readouterr().err
