@@ -64,12 +64,17 @@ def schema_findings(compose: ComposeFile, schema: Schema) -> list[Finding]:
     """Every schema violation, each at the dotted path of the offending value."""
     cls = jsonschema.validators.validator_for(schema.document)
     validator = cls(schema.document, format_checker=cls.FORMAT_CHECKER)
+    errors = [best_match([e]) if e.context else e  # oneOf/anyOf: the reason is in the context
+              for e in validator.iter_errors(compose.doc)]
+    paths = [tuple(e.absolute_path) for e in errors]
     findings = []
-    for error in validator.iter_errors(compose.doc):
-        # oneOf/anyOf failures carry the useful reason in their context.
-        chosen = best_match([error]) if error.context else error
-        path = join_path(*chosen.absolute_path)
-        findings.append(compose.finding(path, f"compose-spec schema: {_short(chosen)}"))
+    for error, path in zip(errors, paths):
+        # A failing subschema leaves its properties "unevaluated": that echo is noise when the
+        # real error is reported below the same object.
+        if error.validator == "unevaluatedProperties" and any(
+                len(p) > len(path) and p[:len(path)] == path for p in paths):
+            continue
+        findings.append(compose.finding(join_path(*path), f"compose-spec schema: {_short(error)}"))
     return sorted(findings)
 
 

@@ -1,0 +1,103 @@
+"""Mutation-test helpers: copy a compose file, apply one drift, run the real validator CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ruamel.yaml import YAML
+
+HERE = Path(__file__).resolve().parent
+TESTDATA = HERE.parent / "testdata"
+
+
+@dataclass(frozen=True)
+class Inputs:
+    long_context: Path  # the W4AFP8 long-context file (all validators)
+    source: Path  # the file the long-context file derives from (whole-file rule)
+    all_files: tuple[Path, ...]  # every compose file the generic validators must accept
+    releases: tuple[Path, ...]  # release records (split capability)
+    compose_bin: str
+    nginx_bin: str
+
+
+def inputs_from_env() -> Inputs:
+    lc = _path_from_env("LONG_CONTEXT_COMPOSE", TESTDATA / "glm53-w4afp8-long-context.yaml")
+    source = _path_from_env("LONG_CONTEXT_SOURCE", lc)
+    extra = [Path(p).absolute() for p in os.environ.get("OTHER_COMPOSE", "").split() if p]
+    releases = os.environ.get("RELEASE_RECORDS", "").split()
+    release_paths = tuple(Path(p).absolute() for p in releases) or tuple(
+        sorted((TESTDATA / "releases").glob("*.json")))
+    return Inputs(lc, source, tuple(dict.fromkeys([lc, source, *extra])), release_paths,
+                  os.environ.get("COMPOSE_BIN", ""), os.environ.get("NGINX_BIN", "/usr/sbin/nginx"))
+
+
+@dataclass(frozen=True)
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def errors(self) -> list[str]:
+        """The finding lines, without the `  - ` bullet."""
+        return [l[4:] for l in self.stderr.splitlines() if l.startswith("  - ")]
+
+
+def run_validator(module: str, *args: str | Path) -> Result:
+    """The real CLI in a child interpreter: exit code, output, and no traceback allowed."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.run([sys.executable, "-m", f"validators.{module}", *map(str, args)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def load(path: Path) -> dict[str, Any]:
+    return YAML(typ="safe", pure=True).load(path.read_text())
+
+
+def dump(doc: dict[str, Any], path: Path) -> None:
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    yaml.width = 4096
+    with path.open("w") as handle:
+        yaml.dump(doc, handle)
+
+
+def _path_from_env(var: str, default: Path) -> Path:
+    """Bazel passes rootpaths of the committed files; plain pytest falls back to the fixture."""
+    value = os.environ.get(var)
+    return Path(value).absolute() if value else default
+
+
+Mutation = Callable[[dict[str, Any]], None]
+
+
+def mutator(tmp_path: Path) -> Callable[[Path, Mutation], Path]:
+    """Copies `source` (loaded, merge keys resolved) with one drift applied; returns the copy."""
+    counter = iter(range(1000))
+
+    def apply(source: Path, mutation: Mutation) -> Path:
+        doc = load(source)
+        mutation(doc)
+        target = tmp_path / f"mutant{next(counter)}-{source.name}"
+        dump(doc, target)
+        return target
+
+    return apply
+
+
+def replace_once(text: str, old: str, new: str, count: int = 1) -> str:
+    """Exact-count text surgery: a mutation that silently misses would prove nothing."""
+    found = text.count(old)
+    assert found == count, f"expected {count} occurrence(s) of {old!r}, found {found}"
+    return text.replace(old, new)
