@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -87,7 +88,9 @@ def mutator(tmp_path: Path) -> Callable[[Path, Mutation], Path]:
     counter = iter(range(1000))
 
     def apply(source: Path, mutation: Mutation) -> Path:
-        doc = load(source)
+        # A JSON round trip unshares aliased nodes: drifting r1's environment must not also
+        # drift the anchor it was merged from.
+        doc = json.loads(json.dumps(load(source)))
         mutation(doc)
         target = tmp_path / f"mutant{next(counter)}-{source.name}"
         dump(doc, target)

@@ -1,0 +1,116 @@
+"""Service contracts: dependency direction, registrar auth, proxy env, digest pinning."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from validators.glm53_contract import W4AFP8_LONG_CONTEXT
+from validators.tests.harness import Inputs, load, run_validator
+
+R1 = W4AFP8_LONG_CONTEXT.replicas[0].name
+PROXY = W4AFP8_LONG_CONTEXT.proxy
+REGISTRAR = "model-proxy-registrar"
+
+
+def services(*files: Path):
+    return run_validator("services", *files)
+
+
+def registrar_config(doc: dict[str, Any]) -> str:
+    [source] = [c["source"] if isinstance(c, dict) else c
+                for c in doc["services"][REGISTRAR]["configs"]]
+    return source
+
+
+def test_committed_files_pass(inputs: Inputs) -> None:
+    result = services(*inputs.all_files)
+    assert result.returncode == 0, result.output
+
+
+def test_engine_digest_replaced_by_tag(inputs: Inputs, mutate) -> None:
+    def drift(doc: dict[str, Any]) -> None:
+        image = doc["services"][R1]["image"]
+        doc["services"][R1]["image"] = image.split("@")[0] + ":glm53-v2"
+
+    copy = mutate(inputs.long_context, drift)
+    result = services(copy)
+    assert result.returncode == 1
+    repo = re.sub(r"@sha256:.*", "", load(inputs.long_context)["services"][R1]["image"])
+    assert result.errors() == [
+        f"{copy}: services.{R1}.image: image '{repo}:glm53-v2' is not pinned by digest: use "
+        "<repository>@sha256:<64 hex> (a tag can move under a running deployment)"]
+
+
+def test_proxy_depends_on_engine(inputs: Inputs, mutate) -> None:
+    def drift(doc: dict[str, Any]) -> None:
+        doc["services"][PROXY]["depends_on"] = [R1]
+
+    copy = mutate(inputs.long_context, drift)
+    result = services(copy)
+    assert result.returncode == 1
+    assert result.errors() == [
+        f"{copy}: services.{PROXY}.depends_on: inference proxy depends on engine {R1}: remove it "
+        "(the proxy health-checks its backends; a dependency would restart the proxy with one "
+        "replica)"]
+
+
+def test_nginx_does_not_depend_on_its_proxy(inputs: Inputs, mutate) -> None:
+    def drift(doc: dict[str, Any]) -> None:
+        del doc["services"]["nginx"]["depends_on"]
+
+    copy = mutate(inputs.long_context, drift)
+    result = services(copy)
+    assert result.returncode == 1
+    assert result.errors() == [
+        f"{copy}: services.nginx.depends_on: nginx routes to inference proxy {PROXY} but does not "
+        f"depend on it: add `{PROXY}` to depends_on"]
+
+
+def test_registrar_probe_without_bearer(inputs: Inputs, mutate) -> None:
+    holder: dict[str, Any] = {}
+
+    def drift(doc: dict[str, Any]) -> None:
+        name = registrar_config(doc)
+        holder["name"] = name
+        text = doc["configs"][name]["content"]
+        lines = text.replace("\\\n", " ").splitlines()
+        [i] = [i for i, l in enumerate(lines) if "curl" in l and "/v1/chat/completions" in l]
+        holder["line"] = i + 1
+        doc["configs"][name]["content"] = text.replace(
+            '-H "Authorization: Bearer $$INFERENCE_TOKEN" -H \'Content-Type', "-H 'Content-Type", 1)
+        assert doc["configs"][name]["content"] != text
+
+    copy = mutate(inputs.long_context, drift)
+    result = services(copy)
+    assert result.returncode == 1
+    [error] = result.errors()
+    assert error.startswith(
+        f"{copy}: configs.{holder['name']}.content: line {holder['line']}: curl probe of the "
+        "inference API without `-H \"Authorization: Bearer $$INFERENCE_TOKEN\"`: ")
+
+
+def test_registrar_token_not_from_host(inputs: Inputs, mutate) -> None:
+    def drift(doc: dict[str, Any]) -> None:
+        doc["services"][REGISTRAR]["environment"]["PROXY_TOKEN"] = "hunter2"
+
+    copy = mutate(inputs.long_context, drift)
+    result = services(copy)
+    assert result.returncode == 1
+    assert result.errors() == [
+        f"{copy}: services.{REGISTRAR}.environment.PROXY_TOKEN: registrar must take PROXY_TOKEN "
+        "from the host: `PROXY_TOKEN: ${PROXY_TOKEN}` (found 'hunter2')"]
+
+
+def test_proxy_without_web_context_key(inputs: Inputs, mutate) -> None:
+    def drift(doc: dict[str, Any]) -> None:
+        del doc["services"][PROXY]["environment"]["WEB_CONTEXT_SEARCH_API_KEY"]
+
+    copy = mutate(inputs.long_context, drift)
+    result = services(copy)
+    assert result.returncode == 1
+    assert result.errors() == [
+        f"{copy}: services.{PROXY}.environment.WEB_CONTEXT_SEARCH_API_KEY: inference proxy must "
+        "pass WEB_CONTEXT_SEARCH_API_KEY (web context search); set `WEB_CONTEXT_SEARCH_API_KEY: "
+        "${WEB_CONTEXT_SEARCH_API_KEY:?WEB_CONTEXT_SEARCH_API_KEY must be set}`"]
