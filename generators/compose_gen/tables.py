@@ -1,0 +1,616 @@
+"""Typed variant tables: TOML files loaded into frozen dataclasses, validated when loaded.
+
+Every error names the table file, the TOML table and the row, and says what to write instead.
+Checks that need release records (image capabilities) live in resolve.py.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from . import checks
+from .errors import TableError
+
+HF_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+REVISION_RE = re.compile(r"^[0-9a-f]{40}$")
+SERVICE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+MARKER_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+DIST_INIT_RE = re.compile(r"^(?P<host>[0-9.]+|[a-z0-9.-]+):(?P<port>[0-9]{1,5})$")
+RAM_BUDGET_RE = re.compile(r"^[1-9][0-9]*(?:GiB|MiB|TiB)$")
+PLACEHOLDER_RE = re.compile(r"^\{(?P<name>[a-z_]+)\}$")
+# Parts of config_variant that are derived from the row and its release; never typed.
+DERIVED_VARIANT_RE = re.compile(r"(?:^|-)(?:qsplit|offloop(?:-v[0-9]+)?|c[0-9]+|pdi[0-9]+)(?:-|$)")
+
+# Placeholders an argv token may use, and the flags whose value must be one.
+SHARED_PLACEHOLDERS = ("model_path", "model_revision", "served_model_name", "chat_template",
+                       "page_size", "port")
+ROW_PLACEHOLDERS = ("chunked_prefill_size", "prefill_decode_interval", "dist_init_addr")
+DERIVED_FLAGS = {
+    "--model-path": "model_path",
+    "--revision": "model_revision",
+    "--served-model-name": "served_model_name",
+    "--chat-template": "chat_template",
+    "--page-size": "page_size",
+    "--port": "port",
+    "--chunked-prefill-size": "chunked_prefill_size",
+    "--prefill-decode-interval": "prefill_decode_interval",
+    "--dist-init-addr": "dist_init_addr",
+}
+
+# The non-engine services of every file, each a row of [sidecars].
+SIDECARS = ("model-downloader", "hf-cleanup", "nginx", "model-proxy-registrar", "proxy-glm53",
+            "glm53-perception-check", "glm53-soak-relay", "dcgm-glm53", "otelcol-contrib")
+# Env vars the generator derives; a table must not type them.
+DERIVED_ENV = {
+    "proxy-glm53": ("MODEL_NAME", "VLLM_BACKEND_URLS"),
+    "model-proxy-registrar": ("MODEL_NAME", "LONG_TIER_ONLY", "LONG_HTTP_PORT", "LONG_MODEL_NAME",
+                              "LONG_SERVER_NAME", "SERVER_NAME"),
+    "hf-cleanup": ("MODEL_NAME",),
+}
+ENGINE_DERIVED_ENV = ("SGLANG_HICACHE_RAM_BUDGET", "SGLANG_DSA_INDEXER_QSPLIT")
+
+
+# --- dataclasses ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HfPin:
+    """A Hugging Face repository pinned at a commit."""
+    repository: str
+    revision: str
+
+
+@dataclass(frozen=True)
+class FilePin:
+    """One file of a Hugging Face repository at a commit."""
+    repository: str
+    revision: str
+    path: str
+
+
+@dataclass(frozen=True)
+class Models:
+    served_model_name: str
+    hub_client: str
+    checkpoints: Mapping[str, HfPin]
+    chat_template: FilePin
+
+
+@dataclass(frozen=True)
+class Routing:
+    server_name: str
+    long_server_name: str
+    long_model_name: str
+
+
+@dataclass(frozen=True)
+class Option:
+    """One argv option: a flag and its value (None for a switch)."""
+    flag: str
+    value: str | None
+
+    def tokens(self) -> tuple[str, ...]:
+        return (self.flag,) if self.value is None else (self.flag, self.value)
+
+
+Env = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Engine:
+    page_size: int
+    port: int
+    command: tuple[str, ...]
+    argv: tuple[Option, ...]
+    environment: Env
+    hicache_argv: tuple[Option, ...]
+    hicache_environment: Env
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    name: str
+    image: str
+    environment: Env
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    label_prefix: str
+    scrape_interval: str
+    scrape_timeout: str
+    log_source: str
+
+
+@dataclass(frozen=True)
+class Common:
+    path: str
+    models: Models
+    routing: Routing
+    engine: Engine
+    sidecars: Mapping[str, Sidecar]
+    telemetry: Telemetry
+
+
+@dataclass(frozen=True)
+class DeploymentInfo:
+    file: str
+    title: str
+    name: str
+    checkpoint: str
+    extra_downloads: tuple[str, ...]
+    precision: str
+    service_prefix: str
+    hicache: bool
+    long_tier: bool
+    variant_prefix: str
+    variant_features: tuple[str, ...]
+    variant_suffix: str
+
+
+@dataclass(frozen=True)
+class EngineDelta:
+    """What a deployment adds to the shared engine argv and environment."""
+    argv: tuple[Option, ...]
+    environment: Env
+
+
+@dataclass(frozen=True)
+class Replica:
+    index: int
+    gpus: tuple[int, ...]
+    release: str
+    chunked_prefill_size: int
+    prefill_decode_interval: int
+    dist_init_addr: str
+    dsa_qsplit: bool
+    hicache_ram_budget: str | None = None
+    telemetry_markers: tuple[str, ...] = ()
+
+    @property
+    def row(self) -> str:
+        return f"r{self.index}"
+
+    @property
+    def dist_init_port(self) -> int:
+        return int(self.dist_init_addr.rsplit(":", 1)[1])
+
+
+@dataclass(frozen=True)
+class Deployment:
+    path: str
+    info: DeploymentInfo
+    engine: EngineDelta
+    replicas: tuple[Replica, ...]
+
+
+# --- strict reading ---------------------------------------------------------------------------
+
+class _Where:
+    """Error context: table file, TOML table, row."""
+
+    def __init__(self, table: str, section: str, row: str | None = None) -> None:
+        self.table, self.section, self.row = table, section, row
+
+    def error(self, message: str) -> TableError:
+        return TableError(self.table, self.section, self.row, message)
+
+    def sub(self, section: str, row: str | None = None) -> "_Where":
+        return _Where(self.table, section, row)
+
+
+def _mapping(value: Any, where: _Where, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise where.error(f"{what} must be a table, got {type(value).__name__}")
+    return value
+
+
+def _keys(data: Mapping[str, Any], where: _Where, required: tuple[str, ...],
+          optional: tuple[str, ...] = ()) -> None:
+    known = required + optional
+    for key in data:
+        if key not in known:
+            raise where.error(f"unknown key {key!r}; known keys: {', '.join(known)}")
+    missing = [k for k in required if k not in data]
+    if missing:
+        raise where.error(f"missing key(s) {', '.join(missing)}")
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+def _str(data: Mapping[str, Any], key: str, where: _Where,
+         pattern: re.Pattern[str] | None = None, hint: str = "") -> str:
+    value = data[key]
+    if not isinstance(value, str):
+        raise where.error(f"{key} must be a string, got {value!r}")
+    if pattern is not None and not pattern.match(value):
+        raise where.error(f"{key} = {value!r} does not match {pattern.pattern}{hint}")
+    return value
+
+
+def _int(data: Mapping[str, Any], key: str, where: _Where, minimum: int = 1) -> int:
+    value = data[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise where.error(f"{key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _bool(data: Mapping[str, Any], key: str, where: _Where) -> bool:
+    value = data[key]
+    if not isinstance(value, bool):
+        raise where.error(f"{key} must be true or false, got {value!r}")
+    return value
+
+
+def _str_list(data: Mapping[str, Any], key: str, where: _Where,
+              pattern: re.Pattern[str] | None = None) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise where.error(f"{key} must be a list of strings, got {value!r}")
+    for v in value:
+        if pattern is not None and not pattern.match(v):
+            raise where.error(f"{key} entry {v!r} does not match {pattern.pattern}")
+    return tuple(value)
+
+
+def _image(data: Mapping[str, Any], key: str, where: _Where) -> str:
+    value = _str(data, key, where)
+    problem = checks.image_problem(value)
+    if problem:
+        raise where.error(problem)
+    return value
+
+
+def _environment(value: Any, where: _Where) -> Env:
+    """An ordered env table: names checked, `$` forms checked, secrets must be interpolations."""
+    data = _mapping(value, where, "environment")
+    out = []
+    for name, val in data.items():
+        row = where.sub(where.section, name)
+        if not checks.ENV_NAME_RE.match(name):
+            raise row.error(f"env name {name!r} is not UPPER_SNAKE_CASE")
+        if not isinstance(val, str):
+            raise row.error(f"{name} must be a string (quote numbers: \"{val}\")")
+        if checks.is_secret_name(name):
+            problem = checks.secret_problem(name, val)
+            if problem:
+                raise row.error(problem)
+        problem = checks.interpolation_problem(val)
+        if problem:
+            raise row.error(problem)
+        out.append((name, val))
+    return tuple(out)
+
+
+def _argv(value: Any, where: _Where, allowed_placeholders: tuple[str, ...]) -> tuple[Option, ...]:
+    if not isinstance(value, list):
+        raise where.error("argv must be a list of [flag] or [flag, value] entries")
+    options = []
+    for i, entry in enumerate(value):
+        if (not isinstance(entry, list) or not 1 <= len(entry) <= 2
+                or not all(isinstance(t, str) for t in entry)):
+            raise where.error(f"argv entry {i} ({entry!r}) must be [flag] or [flag, value]")
+        flag = entry[0]
+        val = entry[1] if len(entry) == 2 else None
+        row = where.sub(where.section, flag)
+        if not re.match(r"^--[a-z0-9][a-z0-9-]*$", flag):
+            raise row.error(f"argv entry {i}: {flag!r} is not a --long-flag")
+        if val is not None:
+            ph = PLACEHOLDER_RE.match(val)
+            if ph and ph.group("name") not in allowed_placeholders:
+                raise row.error(f"unknown placeholder {val}; known: "
+                                + ", ".join("{%s}" % p for p in allowed_placeholders))
+            if "$" in val:
+                raise row.error(f"{flag} value {val!r} has a '$': argv is not interpolated; "
+                                "put host-dependent values in the environment")
+        if flag in DERIVED_FLAGS:
+            want = "{%s}" % DERIVED_FLAGS[flag]
+            if val != want:
+                raise row.error(f"{flag} is derived from the tables; write [\"{flag}\", "
+                                f"\"{want}\"] (per-replica values belong in the replica rows)")
+        options.append(Option(flag, val))
+    return tuple(options)
+
+
+def _check_unique_flags(groups: list[tuple[_Where, tuple[Option, ...]]]) -> None:
+    seen: dict[str, _Where] = {}
+    for where, options in groups:
+        for opt in options:
+            if opt.flag in seen:
+                first = seen[opt.flag]
+                raise where.sub(where.section, opt.flag).error(
+                    f"{opt.flag} is already set in {first.table} [{first.section}]; each flag "
+                    "appears once in an engine's argv")
+            seen[opt.flag] = where
+
+
+def _check_unique_env(groups: list[tuple[_Where, Env]]) -> None:
+    seen: dict[str, _Where] = {}
+    for where, env in groups:
+        for name, _ in env:
+            if name in ENGINE_DERIVED_ENV:
+                raise where.sub(where.section, name).error(
+                    f"{name} is derived from the replica rows (hicache_ram_budget, dsa_qsplit); "
+                    "remove it")
+            if name in seen:
+                first = seen[name]
+                raise where.sub(where.section, name).error(
+                    f"{name} is already set in {first.table} [{first.section}]")
+            seen[name] = where
+
+
+def _load_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise TableError(str(path), "-", None, "table file not found") from None
+    except tomllib.TOMLDecodeError as err:
+        raise TableError(str(path), "-", None, f"not valid TOML: {err}") from None
+
+
+# --- common.toml ------------------------------------------------------------------------------
+
+def load_common(path: str | Path, display: str | None = None) -> Common:
+    path = Path(path)
+    name = display or str(path)
+    data = _load_toml(path)
+    top = _Where(name, "(top level)")
+    _keys(data, top, ("models", "routing", "engine", "sidecars", "telemetry"))
+
+    # [models]
+    w = top.sub("models")
+    models = _mapping(data["models"], w, "[models]")
+    _keys(models, w, ("served_model_name", "hub_client", "checkpoints", "chat_template"))
+    served = _str(models, "served_model_name", w, HF_REPO_RE)
+    hub_client = _str(models, "hub_client", w, re.compile(r"^[a-z0-9_.\[\]-]+==[0-9][0-9a-z.]*$"),
+                      " (pin the version: name[extras]==X.Y.Z)")
+    if re.search(r"fp8|int4|w4a|bf16|awq|gptq", served, re.I):
+        raise w.error(f"served_model_name {served!r} names a quantization; the served name "
+                      "stays the same across checkpoints")
+    checkpoints = {}
+    for key, pin in _mapping(models["checkpoints"], w, "checkpoints").items():
+        cw = top.sub("models.checkpoints", key)
+        pin = _mapping(pin, cw, "checkpoint")
+        _keys(pin, cw, _field_names(HfPin))
+        checkpoints[key] = HfPin(_str(pin, "repository", cw, HF_REPO_RE),
+                                 _str(pin, "revision", cw, REVISION_RE,
+                                      " (a 40-hex commit id; branch names move)"))
+    cw = top.sub("models.chat_template")
+    tpl = _mapping(models["chat_template"], cw, "chat_template")
+    _keys(tpl, cw, _field_names(FilePin))
+    chat_template = FilePin(_str(tpl, "repository", cw, HF_REPO_RE),
+                            _str(tpl, "revision", cw, REVISION_RE), _str(tpl, "path", cw))
+
+    # [routing]
+    w = top.sub("routing")
+    routing = _mapping(data["routing"], w, "[routing]")
+    _keys(routing, w, _field_names(Routing))
+    host_re = re.compile(r"^[a-z0-9.-]+$")
+    routing_t = Routing(_str(routing, "server_name", w, host_re),
+                        _str(routing, "long_server_name", w, host_re),
+                        _str(routing, "long_model_name", w, HF_REPO_RE))
+
+    # [engine]
+    w = top.sub("engine")
+    eng = _mapping(data["engine"], w, "[engine]")
+    _keys(eng, w, ("page_size", "port", "command", "argv", "environment", "hicache"))
+    allowed = SHARED_PLACEHOLDERS + ROW_PLACEHOLDERS
+    argv = _argv(eng["argv"], w, allowed)
+    missing = [f for f in DERIVED_FLAGS if f not in {o.flag for o in argv}]
+    if missing:
+        raise w.error(f"argv lacks {', '.join(missing)}; these carry the per-replica and "
+                      "per-deployment values")
+    hw = top.sub("engine.hicache")
+    hicache = _mapping(eng["hicache"], hw, "[engine.hicache]")
+    _keys(hicache, hw, ("argv", "environment"))
+    hicache_argv = _argv(hicache["argv"], hw, ())
+    env = _environment(eng["environment"], top.sub("engine.environment"))
+    hicache_env = _environment(hicache["environment"], top.sub("engine.hicache.environment"))
+    _check_unique_flags([(w, argv), (hw, hicache_argv)])
+    _check_unique_env([(top.sub("engine.environment"), env),
+                       (top.sub("engine.hicache.environment"), hicache_env)])
+    engine = Engine(
+        page_size=_int(eng, "page_size", w),
+        port=_int(eng, "port", w),
+        command=_str_list(eng, "command", w),
+        argv=argv,
+        environment=env,
+        hicache_argv=hicache_argv,
+        hicache_environment=hicache_env,
+    )
+    if not engine.command:
+        raise w.error("command must not be empty")
+
+    # [sidecars]
+    sidecars_raw = _mapping(data["sidecars"], top.sub("sidecars"), "[sidecars]")
+    sidecars: dict[str, Sidecar] = {}
+    for sname, row in sidecars_raw.items():
+        sw = top.sub("sidecars", sname)
+        if sname not in SIDECARS:
+            raise sw.error(f"unknown sidecar {sname!r}; known: {', '.join(SIDECARS)}")
+        row = _mapping(row, sw, "sidecar")
+        _keys(row, sw, ("image",), ("environment",))
+        senv = _environment(row.get("environment", {}), top.sub(f"sidecars.{sname}.environment"))
+        for derived in DERIVED_ENV.get(sname, ()):
+            if derived in dict(senv):
+                raise top.sub(f"sidecars.{sname}.environment", derived).error(
+                    f"{derived} is derived by the generator; remove it from the table")
+        sidecars[sname] = Sidecar(sname, _image(row, "image", sw), senv)
+    missing = [s for s in SIDECARS if s not in sidecars]
+    if missing:
+        raise top.sub("sidecars").error(f"missing sidecar row(s): {', '.join(missing)}")
+    by_repo: dict[str, Sidecar] = {}
+    for sc in sidecars.values():
+        repo, digest = sc.image.split("@", 1)
+        other = by_repo.setdefault(repo, sc)
+        if other.image != sc.image:
+            raise top.sub("sidecars", sc.name).error(
+                f"pins {repo} at {digest}, but row {other.name} pins {other.image}; use one "
+                "digest per repository")
+
+    # [telemetry]
+    w = top.sub("telemetry")
+    tel = _mapping(data["telemetry"], w, "[telemetry]")
+    _keys(tel, w, _field_names(Telemetry))
+    duration = re.compile(r"^[1-9][0-9]*s$")
+    telemetry = Telemetry(_str(tel, "label_prefix", w, re.compile(r"^[a-z0-9.]+\.$")),
+                          _str(tel, "scrape_interval", w, duration),
+                          _str(tel, "scrape_timeout", w, duration),
+                          _str(tel, "log_source", w, MARKER_RE))
+
+    return Common(
+        path=name,
+        models=Models(served, hub_client, MappingProxyType(checkpoints), chat_template),
+        routing=routing_t,
+        engine=engine,
+        sidecars=MappingProxyType(sidecars),
+        telemetry=telemetry,
+    )
+
+
+# --- deployment tables ------------------------------------------------------------------------
+
+def _replica(row: Mapping[str, Any], position: int, where: _Where, page_size: int,
+             hicache: bool) -> Replica:
+    index = row.get("index")
+    label = f"r{index}" if isinstance(index, int) and not isinstance(index, bool) else f"#{position}"
+    w = where.sub("replicas", label)
+    required = ("index", "gpus", "release", "chunked_prefill_size", "prefill_decode_interval",
+                "dist_init_addr", "dsa_qsplit")
+    _keys(row, w, required, ("hicache_ram_budget", "telemetry_markers"))
+    index = _int(row, "index", w)
+    gpus = row["gpus"]
+    if (not isinstance(gpus, list) or not gpus
+            or not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 64
+                       for g in gpus)):
+        raise w.error(f"gpus must be a non-empty list of GPU indices, got {gpus!r}")
+    if len(set(gpus)) != len(gpus):
+        raise w.error(f"gpus {gpus!r} lists a GPU twice")
+    release = _str(row, "release", w, re.compile(r"^glm53_v[0-9]+$"),
+                   " (a recipe name; its image comes from recipes/releases/<name>.json)")
+    chunk = _int(row, "chunked_prefill_size", w)
+    if chunk % page_size:
+        lower, upper = chunk - chunk % page_size, chunk - chunk % page_size + page_size
+        raise w.error(f"chunked_prefill_size {chunk} is not a multiple of the page size "
+                      f"{page_size} ([engine] page_size); use {lower or upper} or {upper}")
+    pdi = _int(row, "prefill_decode_interval", w)
+    dist = _str(row, "dist_init_addr", w, DIST_INIT_RE, " (host:port)")
+    port = int(dist.rsplit(":", 1)[1])
+    if not 1024 <= port <= 65535:
+        raise w.error(f"dist_init_addr port {port} is outside 1024-65535")
+    qsplit = _bool(row, "dsa_qsplit", w)
+    budget = None
+    if "hicache_ram_budget" in row:
+        budget = _str(row, "hicache_ram_budget", w, RAM_BUDGET_RE, " (e.g. 406GiB)")
+    if hicache and budget is None:
+        raise w.error("hicache_ram_budget is required: this deployment has hicache = true")
+    if not hicache and budget is not None:
+        raise w.error("hicache_ram_budget is set but this deployment has hicache = false; "
+                      "remove it")
+    markers = _str_list(row, "telemetry_markers", w, MARKER_RE)
+    for m in markers:
+        if DERIVED_VARIANT_RE.search(m):
+            raise w.error(f"telemetry marker {m!r} is derived (qsplit/offloop/c<chunk>/"
+                          "pdi<n>); remove it")
+    return Replica(index, tuple(gpus), release, chunk, pdi, dist, qsplit, budget, markers)
+
+
+def load_deployment(path: str | Path, common: Common, display: str | None = None) -> Deployment:
+    path = Path(path)
+    name = display or str(path)
+    data = _load_toml(path)
+    top = _Where(name, "(top level)")
+    _keys(data, top, ("deployment", "engine", "replicas"))
+
+    w = top.sub("deployment")
+    dep = _mapping(data["deployment"], w, "[deployment]")
+    _keys(dep, w, _field_names(DeploymentInfo))
+    checkpoint = _str(dep, "checkpoint", w)
+    if checkpoint not in common.models.checkpoints:
+        raise w.error(f"checkpoint {checkpoint!r} is not in {common.path} [models.checkpoints] "
+                      f"({', '.join(common.models.checkpoints)})")
+    extra = _str_list(dep, "extra_downloads", w)
+    for e in extra:
+        if e not in common.models.checkpoints or e == checkpoint:
+            raise w.error(f"extra_downloads entry {e!r} must be another checkpoint of "
+                          f"[models.checkpoints]")
+    info = DeploymentInfo(
+        file=_str(dep, "file", w, re.compile(r"^[A-Za-z0-9.-]+\.yaml$")),
+        title=_str(dep, "title", w),
+        name=_str(dep, "name", w, MARKER_RE),
+        checkpoint=checkpoint,
+        extra_downloads=extra,
+        precision=_str(dep, "precision", w, MARKER_RE),
+        service_prefix=_str(dep, "service_prefix", w, re.compile(r"^[a-z0-9][a-z0-9-]*-r$"),
+                            " (ends in -r; the replica index follows)"),
+        hicache=_bool(dep, "hicache", w),
+        long_tier=_bool(dep, "long_tier", w),
+        variant_prefix=_str(dep, "variant_prefix", w, MARKER_RE),
+        variant_features=_str_list(dep, "variant_features", w, MARKER_RE),
+        variant_suffix=_str(dep, "variant_suffix", w, MARKER_RE),
+    )
+    for key, part in (("variant_prefix", info.variant_prefix),
+                      ("variant_suffix", info.variant_suffix),
+                      *(("variant_features", f) for f in info.variant_features)):
+        if DERIVED_VARIANT_RE.search(part):
+            raise w.error(f"{key} {part!r} contains a derived config_variant part "
+                          "(qsplit/offloop/c<chunk>/pdi<n>); those come from the replica rows")
+
+    w = top.sub("engine")
+    eng = _mapping(data["engine"], w, "[engine]")
+    _keys(eng, w, (), ("argv", "environment"))
+    argv = _argv(eng.get("argv", []), w, SHARED_PLACEHOLDERS)
+    env = _environment(eng.get("environment", {}), top.sub("engine.environment"))
+    cw = _Where(common.path, "engine")
+    _check_unique_flags([(cw, common.engine.argv),
+                         (_Where(common.path, "engine.hicache"),
+                          common.engine.hicache_argv if info.hicache else ()),
+                         (w, argv)])
+    _check_unique_env([(_Where(common.path, "engine.environment"), common.engine.environment),
+                       (_Where(common.path, "engine.hicache.environment"),
+                        common.engine.hicache_environment if info.hicache else ()),
+                       (top.sub("engine.environment"), env)])
+
+    rows = data["replicas"]
+    if not isinstance(rows, list) or not rows:
+        raise top.sub("replicas").error("needs at least one [[replicas]] row")
+    replicas = tuple(_replica(_mapping(r, top.sub("replicas", f"#{i + 1}"), "replica row"),
+                              i + 1, top, common.engine.page_size, info.hicache)
+                     for i, r in enumerate(rows))
+    _check_rows(replicas, top, common)
+    return Deployment(name, info, EngineDelta(argv, env), replicas)
+
+
+def _check_rows(replicas: tuple[Replica, ...], top: _Where, common: Common) -> None:
+    """Cross-row rules: unique indices, disjoint GPUs, unique dist-init ports, TP = #GPUs."""
+    by_index: dict[int, Replica] = {}
+    gpu_owner: dict[int, Replica] = {}
+    port_owner: dict[int, Replica] = {}
+    tp = next((o.value for o in common.engine.argv if o.flag == "--tp-size"), None)
+    for r in replicas:
+        w = top.sub("replicas", r.row)
+        if r.index in by_index:
+            raise w.error(f"index {r.index} is used by two rows")
+        by_index[r.index] = r
+        for g in r.gpus:
+            if g in gpu_owner:
+                raise w.error(f"GPU {g} is already used by row {gpu_owner[g].row}; give each "
+                              "replica its own GPUs")
+            gpu_owner[g] = r
+        if r.dist_init_port in port_owner:
+            raise w.error(f"dist_init_addr port {r.dist_init_port} is already used by row "
+                          f"{port_owner[r.dist_init_port].row}; each replica's torch.distributed "
+                          "rendezvous needs its own port")
+        port_owner[r.dist_init_port] = r
+        if tp is not None and len(r.gpus) != int(tp):
+            raise w.error(f"{len(r.gpus)} GPUs but the engine runs --tp-size {tp}")
+    expected = list(range(1, len(replicas) + 1))
+    if sorted(by_index) != expected:
+        raise top.sub("replicas").error(f"indices {sorted(by_index)} must be {expected}")

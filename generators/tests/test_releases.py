@@ -1,0 +1,62 @@
+"""Release records: read strictly, and bound to the recipe they claim."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from generators.compose_gen.errors import TableError
+from generators.compose_gen.releases import ReleaseError, load_release, load_releases
+from conftest import FIXTURE_RELEASES, LONG_CONTEXT
+
+
+def _record(tmp_path, **changes):
+    data = json.loads((FIXTURE_RELEASES / "glm53_v2.json").read_text())
+    data.update(changes)
+    path = tmp_path / "glm53_v2.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_fixture_record_reads(records):
+    rec = records["glm53_v2"]
+    assert rec.image == f"docker.io/nearai/sglang-glm53@{rec.digest}"
+    assert rec.engine_image == rec.digest[7:19]
+    assert rec.has_qsplit and not rec.has_event_loop_v3
+    assert records["glm53_v3"].has_event_loop_v3 and not records["glm53_v1"].has_qsplit
+
+
+def test_record_bound_to_another_recipe(tmp_path):
+    path = _record(tmp_path, recipe="//recipes:glm53_v3")
+    with pytest.raises(ReleaseError, match="bound as the release of //recipes:glm53_v2"):
+        load_release("glm53_v2", path)
+
+
+@pytest.mark.parametrize("digest", ["sha256:abc", "glm53-v2-latest", "sha512:" + "0" * 64])
+def test_malformed_digest(tmp_path, digest):
+    with pytest.raises(ReleaseError, match="digest"):
+        load_release("glm53_v2", _record(tmp_path, digest=digest))
+
+
+def test_repository_with_a_tag_is_refused(tmp_path):
+    path = _record(tmp_path, repository="docker.io/nearai/sglang-glm53:latest")
+    with pytest.raises(ReleaseError, match="repository"):
+        load_release("glm53_v2", path)
+
+
+def test_missing_record_names_the_command(tmp_path):
+    with pytest.raises(ReleaseError, match=r"bazel run //recipes:glm53_v2.release"):
+        load_release("glm53_v2", tmp_path / "glm53_v2.json")
+
+
+def test_release_binding_syntax():
+    with pytest.raises(ReleaseError, match="NAME=PATH"):
+        load_releases(["glm53_v2"])
+
+
+def test_table_release_without_bound_record(tables, records):
+    del records["glm53_v3"]
+    with pytest.raises(TableError, match=r"\[replicas\] row r2: release 'glm53_v3' has no "
+                                         r"release record bound"):
+        tables.generate(LONG_CONTEXT, records)
