@@ -1,0 +1,55 @@
+"""The recipe fingerprint: one sha256 over what a recipe's image is made from.
+
+    fingerprint = sha256(canonical JSON of {
+        "schema": 1,
+        "declaration": <the resolved series declaration (patch chain output), parents included>,
+        "patches": [{"series", "file", "sha256"} in chain order],
+        "base_digest": <manifest digest of the base image>,
+    })
+
+Canonical JSON = sorted keys, no whitespace, UTF-8, so formatting never changes it. The patch
+sha256s are also inside the declaration; they are listed again so the fingerprint's inputs
+read plainly. A release record keeps the fingerprint; recomputing it with the record's own base
+digest tells "the series changed" apart from "the base changed".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+SCHEMA = 1
+
+
+class FingerprintError(Exception):
+    """The declaration cannot be fingerprinted."""
+
+
+def canonical_json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def patch_hashes(declaration: dict) -> list[dict[str, str]]:
+    try:
+        return [
+            {"series": p.get("series", declaration.get("series", "")), "file": p["file"], "sha256": p["sha256"]}
+            for p in declaration["patches"]
+        ]
+    except (KeyError, TypeError) as err:
+        raise FingerprintError(f"declaration lacks patches[].file/sha256 ({err}); is it a resolved series declaration?") from None
+
+
+def fingerprint(declaration: dict, base_digest: str) -> str:
+    doc = {
+        "schema": SCHEMA,
+        "declaration": declaration,
+        "patches": patch_hashes(declaration),
+        "base_digest": base_digest,
+    }
+    return "sha256:" + hashlib.sha256(canonical_json(doc)).hexdigest()
+
+
+def fingerprint_file(declaration_path: Path, base_digest: str) -> str:
+    return fingerprint(json.loads(Path(declaration_path).read_text()), base_digest)
