@@ -106,7 +106,7 @@ def apply_file(
                 file=path,
                 expected="LF line endings (as in the source)",
                 actual="CR LF line endings in the patch",
-                fix=f"convert the patch to LF (`sed -i 's/\\r$//' {patch_name}`; check your editor's "
+                fix=f"convert the patch to LF (`sed -i 's/\\r$//' patches/{patch_name}`; check your editor's "
                 f"or git's autocrlf setting), then {fix_hint}",
             ),
         )

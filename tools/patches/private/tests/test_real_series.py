@@ -1,0 +1,67 @@
+"""The applier on the repository's own series and the real SGLang 0.5.19 base.
+
+Bazel passes PATCHCHAIN_BASE_MARKER (the base's sglang/__init__.py) and PATCHCHAIN_DECLARATION
+(patches/v1/series.json); outside Bazel set them by hand or these tests skip.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from patchchain.chain import apply_chain, read_patch_files
+from patchchain.declaration import dump_json, load_chain, series_json
+from patchchain.errors import PatchChecksumError
+from patchchain.layout import SourceTree
+from patchchain.rehash_main import rehash
+
+MARKER = os.environ.get("PATCHCHAIN_BASE_MARKER")
+DECLARATION = os.environ.get("PATCHCHAIN_DECLARATION")
+pytestmark = pytest.mark.skipif(not (MARKER and DECLARATION), reason="needs the real base and patches (run under Bazel)")
+
+
+@pytest.fixture(scope="module")
+def base() -> SourceTree:
+    return SourceTree(Path(MARKER).parent.parent, "package", allow_file_symlinks=True)
+
+
+@pytest.fixture(scope="module")
+def patches_dir() -> Path:
+    return Path(DECLARATION).parent.parent
+
+
+def series_names(patches_dir: Path) -> list[str]:
+    return sorted(p.parent.name for p in patches_dir.glob("*/series.json"))
+
+
+def test_every_series_verifies_twice_identically(base, patches_dir):
+    names = series_names(patches_dir)
+    assert {"v1", "v2"} <= set(names)
+    for name in names:
+        chain = load_chain(patches_dir, name)
+        runs = [apply_chain(chain, base, read_patch_files(chain)).final for _ in range(2)]
+        assert runs[0] == runs[1]
+        assert set(runs[0]) == {s.path for p in chain.patches for s in p.files}
+
+
+def test_declarations_are_canonical_and_up_to_date(base, patches_dir):
+    for name in series_names(patches_dir):
+        decl, old, new = rehash(name, patches_dir, base)
+        assert old == dump_json(series_json(decl)) == new, f"run `bazel run //patches:rehash -- {name}`"
+
+
+def test_a_changed_byte_in_a_real_patch_is_refused(base, patches_dir, tmp_path):
+    copy = tmp_path / "patches"
+    shutil.copytree(patches_dir, copy)
+    diff = copy / "v1/w4afp8-exclusions.diff"
+    data = bytearray(diff.read_bytes())
+    data[data.index(b"ignored_layers = []")] ^= 0x01
+    diff.write_bytes(bytes(data))
+    chain = load_chain(copy, "v2")
+    with pytest.raises(PatchChecksumError) as e:
+        read_patch_files(chain)
+    assert "patch:    v1/w4afp8-exclusions.diff" in str(e.value)
+    assert "bazel run //patches:rehash -- v1" in str(e.value)
