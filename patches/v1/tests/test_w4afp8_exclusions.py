@@ -24,9 +24,7 @@ def test_each_key_becomes_ignored_layers(key: str) -> None:
 
 @pytest.mark.detects_stock_bug
 def test_modules_to_not_convert_wins_over_the_fallbacks() -> None:
-    config = _config(
-        modules_to_not_convert=["a"], ignored_layers=["b"], ignore=["c"]
-    )
+    config = _config(modules_to_not_convert=["a"], ignored_layers=["b"], ignore=["c"])
     assert config.ignored_layers == ["a"]
 
 
