@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .errors import GenerationError
 
-ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
+ASSETS_DIR = Path(__file__).absolute().parent.parent / "assets"
 MARKER_RE = re.compile(r"@@([A-Z_]+)@@")
 
 

@@ -18,6 +18,8 @@ from .tables import Env
 from .yamlout import anchored, block, cmap, merged, raw, seq
 
 LOG_LABEL = "com.datadoghq.ad.logs"
+METRICS_PATH = "/metrics"
+PROXY_PORT = 8000
 PROXY = "proxy-glm53"
 DCGM_CSV = "/etc/dcgm-exporter/nearai-h200.csv"
 
@@ -39,24 +41,39 @@ class _Builder:
         self.common = rd.common
         self.info = rd.deployment.info
         self.prefix = rd.common.telemetry.label_prefix
+        # Filled while services are built; the collector config is rendered from it last.
+        self.scrape_targets: list[tuple[str, otel.ScrapeTarget]] = []
 
     # --- labels -------------------------------------------------------------------------------
 
     def _labels(self, service: str, role: str, source: str, tags: list[str],
-                extra: list[tuple[str, str]]) -> CommentedMap:
+                extra: list[tuple[str, str]], scrape: tuple[str, int] | None = None
+                ) -> CommentedMap:
+        """Labels of one service; with `scrape` = (job prefix, port) it also gets a scrape job
+        whose labels mirror this service's series labels (deployment, service, `extra`)."""
         p = self.prefix
         log = [{"source": source, "service": service, "tags": tags}]
+        series = [("deployment", self.info.name), ("service", service), *extra]
+        scrape_labels: list[tuple[str, str]] = []
+        if scrape is not None:
+            role_prefix, port = scrape
+            scrape_labels = [("scrape", "true"), ("port", str(port)),
+                             ("metrics_path", METRICS_PATH)]
+            self.scrape_targets.append((role_prefix, otel.ScrapeTarget(
+                service, port, METRICS_PATH, tuple(series))))
         return cmap(
             (LOG_LABEL, json.dumps(log, separators=(", ", ": "))),
             (f"{p}enabled", "true"),
-            (f"{p}deployment", self.info.name),
-            (f"{p}service", service),
             (f"{p}role", role),
-            *((f"{p}{k}", v) for k, v in extra),
+            *((f"{p}{k}", v) for k, v in series),
+            *((f"{p}{k}", v) for k, v in scrape_labels),
         )
 
-    def sidecar_labels(self, service: str, role: str) -> CommentedMap:
-        return self._labels(service, role, role, [f"deployment:{self.info.name}"], [])
+    def sidecar_labels(self, service: str, role: str,
+                       extra: list[tuple[str, str]] | None = None,
+                       scrape: tuple[str, int] | None = None) -> CommentedMap:
+        return self._labels(service, role, role, [f"deployment:{self.info.name}"], extra or [],
+                            scrape)
 
     def engine_labels(self, r: ResolvedReplica) -> CommentedMap:
         identity = [
@@ -64,14 +81,16 @@ class _Builder:
             ("model_path", self.rd.checkpoint.repository),
             ("precision", self.info.precision),
             ("instance", str(r.row.index)),
-            ("gpus", ",".join(str(g) for g in r.row.gpus)),
             ("engine_image", r.engine_image),
             ("config_variant", r.config_variant),
         ]
         tags = [f"deployment:{self.info.name}"] + [
             f"{k}:{v}" for k, v in identity if k in
             ("model_path", "precision", "instance", "engine_image", "config_variant")]
-        return self._labels(r.service, "engine", self.common.telemetry.log_source, tags, identity)
+        labels = self._labels(r.service, "engine", self.common.telemetry.log_source, tags,
+                              identity, ("sglang", self.common.engine.port))
+        labels[f"{self.prefix}gpus"] = ",".join(str(g) for g in r.row.gpus)
+        return labels
 
     # --- shared blocks ------------------------------------------------------------------------
 
@@ -253,7 +272,7 @@ class _Builder:
             ("environment", _env(tuple(env))),
             ("volumes", seq(["/var/run/dstack.sock:/var/run/dstack.sock",
                              "certs:/etc/certs:ro"])),
-            ("labels", self.sidecar_labels(PROXY, "proxy")),
+            ("labels", self.sidecar_labels(PROXY, "proxy", scrape=("proxy", PROXY_PORT))),
             ("logging", self.logging),
         )
 
@@ -314,8 +333,9 @@ class _Builder:
         sc = self._sidecar("dcgm-glm53")
         mount = cmap(("source", "dcgm_h200_metrics"), ("target", DCGM_CSV), ("mode", 0o444))
         mount.yaml_add_eol_comment("0444", "mode")
-        labels = self.sidecar_labels("dcgm-glm53", "gpu-metrics")
-        labels[f"{self.prefix}model_path"] = self.rd.checkpoint.repository
+        labels = self.sidecar_labels("dcgm-glm53", "gpu-metrics",
+                                     [("model_path", self.rd.checkpoint.repository)],
+                                     scrape=("dcgm", otel.DCGM_PORT))
         return cmap(
             ("container_name", "dcgm-glm53"),
             ("image", sc.image),
@@ -358,8 +378,8 @@ class _Builder:
         if self.info.long_tier:
             names += " " + routing.long_server_name
             extra = assets.render("nginx-long-tier.conf.in", PROXY_SERVICE=PROXY,
-                                  PROXY_PORT="8000", LONG_MODEL_NAME=routing.long_model_name)
-        nginx_conf = assets.render("nginx.conf.in", PROXY_SERVICE=PROXY, PROXY_PORT="8000",
+                                  PROXY_PORT=str(PROXY_PORT), LONG_MODEL_NAME=routing.long_model_name)
+        nginx_conf = assets.render("nginx.conf.in", PROXY_SERVICE=PROXY, PROXY_PORT=str(PROXY_PORT),
                                    SERVER_NAMES=names, EXTRA_SERVERS=extra)
         servers = "".join(assets.render("soak-relay-server.conf.in", INDEX=str(r.row.index),
                                         PORT=str(r.soak_port), SERVICE=r.service,
@@ -372,7 +392,8 @@ class _Builder:
             ("glm53_soak_nginx_conf", cmap(("content", block(relay_conf)))),
             ("perception_check", cmap(("content", block(assets.read("perception_check.py"))))),
             ("dcgm_h200_metrics", cmap(("content", block(assets.read("dcgm-h200.csv"))))),
-            ("otelcol_app_config", cmap(("content", block(otel.render(self.rd))))),
+            ("otelcol_app_config", cmap(("content", block(
+                otel.render(self.rd, self.scrape_targets))))),
         )
 
 

@@ -14,7 +14,7 @@ from .releases import ReleaseRecord
 from .resolve import ResolvedDeployment, resolve
 from .yamlout import dump
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).absolute().parent
 WORKSPACE_DIR = PACKAGE_DIR.parent.parent
 TABLES_DIR = PACKAGE_DIR.parent / "tables"
 COMMON_TABLE = TABLES_DIR / "common.toml"
@@ -23,7 +23,9 @@ UPDATE_COMMAND = "bazel run //compose:update"
 
 def display_path(path: Path) -> str:
     """Workspace-relative path for messages and headers (stable across runfiles trees)."""
-    path = Path(path).resolve() if not Path(path).is_absolute() else Path(path)
+    # No resolve(): under Bazel the runfiles are symlinks into the source tree, and the
+    # runfiles path is the one that is relative to the workspace root.
+    path = Path(os.path.abspath(path))
     try:
         return str(path.relative_to(WORKSPACE_DIR))
     except ValueError:

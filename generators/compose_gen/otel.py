@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from .resolve import ResolvedDeployment
@@ -12,18 +13,13 @@ STORAGE_DIR = "/var/lib/otelcol/storage"
 DCGM_PORT = 9400
 
 
-def engine_scrape_labels(rd: ResolvedDeployment, index: int) -> dict[str, str]:
-    """The scrape job labels of replica `index`, the third consumer of the telemetry identity."""
-    r = rd.replicas[index]
-    return {
-        "deployment": rd.deployment.info.name,
-        "service": r.service,
-        "instance": str(r.row.index),
-        "model_path": rd.checkpoint.repository,
-        "precision": rd.deployment.info.precision,
-        "engine_image": r.engine_image,
-        "config_variant": r.config_variant,
-    }
+@dataclass(frozen=True)
+class ScrapeTarget:
+    """A service the collector scrapes; `labels` mirror the service's nearai.otel.* series labels."""
+    service: str
+    port: int
+    metrics_path: str
+    labels: tuple[tuple[str, str], ...]
 
 
 def _job(name: str, target: str, labels: dict[str, str], interval: str, timeout: str,
@@ -37,20 +33,14 @@ def _job(name: str, target: str, labels: dict[str, str], interval: str, timeout:
     }
 
 
-def config(rd: ResolvedDeployment) -> dict[str, Any]:
+def config(rd: ResolvedDeployment, targets: list[tuple[str, ScrapeTarget]]) -> dict[str, Any]:
+    """The collector config; `targets` are (job prefix, target) in scrape order."""
     tel = rd.common.telemetry
     info = rd.deployment.info
     prefix = tel.label_prefix
-    jobs = [_job(f"sglang-{r.service}", f"{r.service}:{rd.common.engine.port}",
-                 engine_scrape_labels(rd, i), tel.scrape_interval, tel.scrape_timeout)
-            for i, r in enumerate(rd.replicas)]
-    jobs.append(_job("dcgm-dcgm-glm53", f"dcgm-glm53:{DCGM_PORT}",
-                     {"deployment": info.name, "service": "dcgm-glm53",
-                      "model_path": rd.checkpoint.repository},
-                     tel.scrape_interval, tel.scrape_timeout))
-    jobs.append(_job("proxy-proxy-glm53", "proxy-glm53:8000",
-                     {"deployment": info.name, "service": "proxy-glm53"},
-                     tel.scrape_interval, tel.scrape_timeout))
+    jobs = [_job(f"{role}-{t.service}", f"{t.service}:{t.port}", dict(t.labels),
+                 tel.scrape_interval, tel.scrape_timeout, t.metrics_path)
+            for role, t in targets]
     docker = 'attributes["docker"]'
     return {
         "extensions": {
@@ -136,5 +126,5 @@ def config(rd: ResolvedDeployment) -> dict[str, Any]:
     }
 
 
-def render(rd: ResolvedDeployment) -> str:
-    return dump_plain(config(rd))
+def render(rd: ResolvedDeployment, targets: list[tuple[str, ScrapeTarget]]) -> str:
+    return dump_plain(config(rd, targets))

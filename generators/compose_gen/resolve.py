@@ -117,9 +117,11 @@ def _command(common: Common, deployment: Deployment, row: Replica) -> tuple[str,
 def _replica_env(deployment: Deployment, row: Replica) -> Env:
     env: list[tuple[str, str]] = []
     if row.hicache_ram_budget is not None:
-        # Host-overridable per replica, defaulting to the table's budget.
-        env.append(("SGLANG_HICACHE_RAM_BUDGET",
-                    f"${{GLM53_R{row.index}_HICACHE_RAM_BUDGET:-{row.hicache_ram_budget}}}"))
+        # Host-overridable per replica, defaulting to the table's budget. r1 keeps the
+        # unnumbered variable the hosts' env maps already carry.
+        var = "GLM53_HICACHE_RAM_BUDGET" if row.index == 1 else \
+            f"GLM53_R{row.index}_HICACHE_RAM_BUDGET"
+        env.append(("SGLANG_HICACHE_RAM_BUDGET", f"${{{var}:-{row.hicache_ram_budget}}}"))
     if row.dsa_qsplit:
         env.append(("SGLANG_DSA_INDEXER_QSPLIT", "1"))
     return tuple(env)

@@ -42,6 +42,9 @@ DERIVED_FLAGS = {
     "--dist-init-addr": "dist_init_addr",
 }
 
+# Derived flags the shared argv may leave out (the engine's own default applies).
+OPTIONAL_DERIVED_FLAGS = ("--page-size",)
+
 # The non-engine services of every file, each a row of [sidecars].
 SIDECARS = ("model-downloader", "hf-cleanup", "nginx", "model-proxy-registrar", "proxy-glm53",
             "glm53-perception-check", "glm53-soak-relay", "dcgm-glm53", "otelcol-contrib")
@@ -403,7 +406,8 @@ def load_common(path: str | Path, display: str | None = None) -> Common:
     _keys(eng, w, ("page_size", "port", "command", "argv", "environment", "hicache"))
     allowed = SHARED_PLACEHOLDERS + ROW_PLACEHOLDERS
     argv = _argv(eng["argv"], w, allowed)
-    missing = [f for f in DERIVED_FLAGS if f not in {o.flag for o in argv}]
+    missing = [f for f in DERIVED_FLAGS
+               if f not in {o.flag for o in argv} and f not in OPTIONAL_DERIVED_FLAGS]
     if missing:
         raise w.error(f"argv lacks {', '.join(missing)}; these carry the per-replica and "
                       "per-deployment values")

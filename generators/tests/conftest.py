@@ -11,7 +11,7 @@ import pytest
 from generators.compose_gen import generate
 from generators.compose_gen.releases import ReleaseRecord, load_release
 
-GENERATORS_DIR = Path(__file__).resolve().parent.parent
+GENERATORS_DIR = Path(__file__).absolute().parent.parent
 TABLES_DIR = GENERATORS_DIR / "tables"
 FIXTURE_RELEASES = GENERATORS_DIR / "testdata" / "releases"
 LONG_CONTEXT = "glm53_tp4_w4afp8_long_context.toml"

@@ -77,8 +77,9 @@ def test_literal_secret_in_sidecar_environment(tables, records, expect_error):
 
 def test_secret_with_a_default_is_still_a_literal(tables, records, expect_error):
     # ${VAR:-default} would deploy the default as the secret when the host map lacks it.
-    tables.edit("common.toml", 'HF_TOKEN = "${HF_TOKEN:?set HF_TOKEN in the host env map}"\n'
-                'HF_HUB_OFFLINE', 'HF_TOKEN = "${HF_TOKEN:-hf_abc}"\nHF_HUB_OFFLINE')
+    tables.edit("common.toml", 'HF_TOKEN = "${HUGGING_FACE_HUB_TOKEN:?HUGGING_FACE_HUB_TOKEN must '
+                'be set}"\nHF_HUB_OFFLINE',
+                'HF_TOKEN = "${HUGGING_FACE_HUB_TOKEN:-hf_abc}"\nHF_HUB_OFFLINE')
     msg = expect_error(TableError, lambda: tables.generate(LONG_CONTEXT, records))
     assert "common.toml: [engine.environment] row HF_TOKEN: HF_TOKEN holds a literal" in msg
     assert "hf_abc" not in msg

@@ -29,7 +29,7 @@ def test_canary_state_variants(tables, records):
         "glm53-long-context-w4afp8-c8192-qsplit-hicache-cuda-host-pooled-v1-"
         "admission-reserve-disabled-pool-clamp-pdi1-h200-tp4-ep4-eagle-adaptive-5-1-6")
     assert config_variant(dep, r2, records["glm53_v3"]) == (
-        "glm53-long-context-w4afp8-c8192-qsplit-offloop-v3-hicache-cuda-host-pooled-v1-"
+        "glm53-long-context-w4afp8-c8192-qsplit-offloop-v3-host650g-hicache-cuda-host-pooled-v1-"
         "admission-reserve-disabled-pool-clamp-pdi2-h200-tp4-ep4-eagle-adaptive-5-1-6")
 
 
@@ -78,8 +78,9 @@ def test_engine_image_identical_on_three_consumers(tables, records):
 
 def test_per_replica_argv_and_env(tables, records):
     doc = yamlview.load(tables.generate(LONG_CONTEXT, records).text)
-    for service, pdi, port, budget_var in ((R1, "1", "29510", "GLM53_R1"),
-                                           (R2, "2", "29511", "GLM53_R2")):
+    for service, pdi, port, budget in ((R1, "1", "29510", "${GLM53_HICACHE_RAM_BUDGET:-406GiB}"),
+                                       (R2, "2", "29511",
+                                        "${GLM53_R2_HICACHE_RAM_BUDGET:-650GiB}")):
         cmd = doc["services"][service]["command"]
         assert cmd[:2] == ["sglang", "serve"]
         assert cmd[cmd.index("--chunked-prefill-size") + 1] == "8192"
@@ -87,7 +88,7 @@ def test_per_replica_argv_and_env(tables, records):
         assert cmd[cmd.index("--dist-init-addr") + 1] == f"127.0.0.1:{port}"
         env = doc["services"][service]["environment"]
         assert env["SGLANG_DSA_INDEXER_QSPLIT"] == "1"
-        assert env["SGLANG_HICACHE_RAM_BUDGET"] == f"${{{budget_var}_HICACHE_RAM_BUDGET:-406GiB}}"
+        assert env["SGLANG_HICACHE_RAM_BUDGET"] == budget
         assert env["HF_HUB_OFFLINE"] == "1"  # merged from the shared anchor
         # Every flag once.
         flags = [t for t in cmd if t.startswith("--")]

@@ -35,7 +35,10 @@ def test_flip_changes_only_r1_image_its_two_labels_and_the_header(tables, record
     a, b = _all_paths(canary), _all_paths(both_v3)
     assert a.keys() == b.keys()
     changed = {k for k in a if a[k] != b[k]}
-    jobs = "otel:receivers.prometheus/apps.config.scrape_configs[0].static_configs[0].labels"
+    job_names = [v for k, v in a.items() if k.endswith(".job_name")]
+    r1_job = [k for k, v in a.items() if v == f"sglang-{R1}"][0].rsplit(".", 1)[0]
+    assert job_names.count(f"sglang-{R1}") == 1
+    jobs = f"{r1_job}.static_configs[0].labels"
     assert changed == {
         f"services.{R1}.image",
         f"services.{R1}.labels.com.datadoghq.ad.logs",  # engine_image + config_variant tags
