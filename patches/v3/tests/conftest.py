@@ -1,0 +1,193 @@
+"""Shared fixtures for the v3 off-loop patch tests.
+
+The tests import `sglang` from sys.path, so the same suite runs against a patched tree, the stock
+0.5.19 tree, or the installed package inside the image. Nothing here needs a GPU, a model download
+or a running scheduler: real sglang classes are built with `object.__new__` and given only the
+attributes the method under test reads.
+
+Tests marked `detects_stock_bug` must fail on stock 0.5.19 (where preprocessing and the shm copy
+run on the event loop) and pass once the patches are applied; every other test passes on both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import string
+import threading
+import time
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, Callable, Iterator, List, Optional
+
+import pytest
+
+# Long enough to expose a blocked loop, short enough to keep the suite fast; every blocking
+# stand-in also has a hard upper bound so a regression fails instead of hanging.
+HOLD_SECONDS = 0.5
+TICK_SECONDS = 0.01
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "detects_stock_bug: fails on stock sglang 0.5.19 (work done on the event loop); "
+        "passes with the v3 off-loop patches",
+    )
+
+
+@dataclass
+class Hold:
+    """A blocking call stand-in: it records where it ran, then blocks until released or until
+    `seconds` have passed (so a test against a loop-blocking tree still terminates)."""
+
+    seconds: float = HOLD_SECONDS
+    started: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+    threads: List[str] = field(default_factory=list)
+    started_at: Optional[float] = None
+    ended_at: Optional[float] = None
+
+    def __call__(self) -> None:
+        self.threads.append(threading.current_thread().name)
+        self.started_at = time.monotonic()
+        self.started.set()
+        self.released.wait(self.seconds)
+        self.ended_at = time.monotonic()
+
+    async def wait_started(self, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.started.is_set():
+            assert time.monotonic() < deadline, "the held call never started"
+            await asyncio.sleep(0.005)
+
+
+class TickRecorder:
+    """Counts event-loop ticks: a task sleeping TICK_SECONDS in a loop. A free loop records about
+    one tick per TICK_SECONDS; a blocked loop records none."""
+
+    def __init__(self) -> None:
+        self.times: List[float] = []
+        self._task: Optional[asyncio.Task] = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            self.times.append(time.monotonic())
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+
+    def between(self, start: Optional[float], end: Optional[float]) -> int:
+        assert start is not None and end is not None, "the held call did not run"
+        return sum(start <= t <= end for t in self.times)
+
+
+@pytest.fixture
+def hold_factory() -> Callable[..., Hold]:
+    return Hold
+
+
+@pytest.fixture
+def tick_recorder() -> TickRecorder:
+    return TickRecorder()
+
+
+def _train_tiny_tokenizer() -> Any:
+    """A byte-level BPE tokenizer trained in memory on synthetic words, wrapped as a HF fast
+    tokenizer with a small chat template: real tokenizer code, no download."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    rng = random.Random(0)
+    words = [
+        "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 8)))
+        for _ in range(300)
+    ]
+    corpus = [" ".join(rng.choice(words) for _ in range(20)) for _ in range(2000)]
+    backend = Tokenizer(models.BPE(unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=500,
+        special_tokens=["<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator(corpus, trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+    tokenizer.chat_template = (
+        "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</s>{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
+    return tokenizer
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer() -> Any:
+    return _train_tiny_tokenizer()
+
+
+@pytest.fixture
+def make_tokenizer_manager() -> Iterator[Callable[..., Any]]:
+    """Build bare `TokenizerManager`s: `object.__new__` plus the attributes the tested methods
+    read. The preprocessing workers are created through the patch's own init hook when the tree
+    has it (stock 0.5.19 has none, so its methods run inline on the loop)."""
+    from sglang.srt.managers.tokenizer_manager import TokenizerManager
+
+    built: List[Any] = []
+
+    def build(tokenizer: Any = None) -> Any:
+        tm = object.__new__(TokenizerManager)
+        tm.tokenizer = tokenizer
+        tm.async_dynamic_batch_tokenizer = None
+        tm.server_args = SimpleNamespace(
+            default_chat_template_kwargs=None,
+            revision=None,
+            tokenizer_metrics_allowed_custom_labels=None,
+            context_length=None,
+            allow_auto_truncate=False,
+        )
+        tm.model_config = SimpleNamespace(
+            is_embedding_gemma=False,
+            is_multimodal=False,
+            model_path="tiny",
+            get_default_sampling_params=lambda: {},
+            hf_config=SimpleNamespace(
+                model_type="llama",
+                architectures=["LlamaForCausalLM"],
+                to_dict=lambda: {},
+            ),
+        )
+        tm.model_path = "tiny"
+        tm.config_value = lambda key: None
+        tm.request_logger = SimpleNamespace(log_requests=False, log_requests_level=0)
+        # Dispatch-side stand-ins (used by the shm tests).
+        tm.dispatched = []
+        tm._dispatch_to_scheduler = tm.dispatched.append
+        tm.cuda_vmm_feature_transport = SimpleNamespace(
+            prepare_for_dispatch=lambda mm_inputs_batch: [],
+            cancel_for_dispatch=lambda items: None,
+        )
+        init = getattr(tm, "init_request_preprocessing", None)
+        if init is not None:
+            init()
+        built.append(tm)
+        return tm
+
+    yield build
+
+    for tm in built:
+        shutdown = getattr(tm, "shutdown_request_preprocessing", None)
+        if shutdown is not None:
+            shutdown()

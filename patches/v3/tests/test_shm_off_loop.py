@@ -1,0 +1,391 @@
+"""Tests for shm-off-loop.diff.
+
+At dispatch, `TokenizerManager._send_one_request` copies every multimodal feature tensor into its
+own /dev/shm segment (`wrap_shm_features` -> `ShmPointerMMData`): ~76 ms per 141 MiB image, seconds
+for a many-image request. The patch runs that copy on a dedicated `sglang-mm-shm` worker, awaited
+under `asyncio.shield`; a request cancelled mid-copy queues `discard_shm_features` on the same
+worker so the segments are unlinked once the copy ends. Requests without multimodal inputs keep the
+old synchronous path.
+
+The first tests replace the copy and the discard with recording stand-ins; the last two use real
+`ShmPointerMMData` segments in /dev/shm (16 x 141 MiB, skipped where /dev/shm has no room).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import shutil
+import threading
+import time
+from array import array
+from types import SimpleNamespace
+from typing import Any, List, Optional, Tuple
+
+import pytest
+import torch
+
+from sglang.srt.managers import mm_utils
+from sglang.srt.managers import tokenizer_manager as tokenizer_manager_module
+from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
+from sglang.srt.managers.schedule_batch import (
+    Modality,
+    MultimodalDataItem,
+    MultimodalInputs,
+)
+from sglang.srt.observability.req_time_stats import APIServerReqTimeStats
+from sglang.srt.sampling.sampling_params import SamplingParams
+
+SHM_WORKER_PREFIX = "sglang-mm-shm"
+MIN_TICKS = 20
+SHM_DIR = "/dev/shm"
+REAL_ITEMS = 16
+REAL_ITEM_SHAPE = (9024, 4096)  # float32: 141 MiB, one GLM-5.3 image's features
+REAL_ITEM_BYTES = REAL_ITEM_SHAPE[0] * REAL_ITEM_SHAPE[1] * 4
+
+
+def make_request(rid: str, features: Optional[List[torch.Tensor]]) -> Any:
+    """A real TokenizedGenerateReqInput; with `features`, one image item per tensor."""
+    mm_inputs = (
+        MultimodalInputs(
+            mm_items=[
+                MultimodalDataItem(modality=Modality.IMAGE, feature=feature)
+                for feature in features
+            ]
+        )
+        if features
+        else None
+    )
+    obj = TokenizedGenerateReqInput(
+        rid=rid,
+        input_text="",
+        input_ids=array("i", [1, 2, 3]),
+        input_embeds=None,
+        mm_inputs=mm_inputs,
+        token_type_ids=None,
+        sampling_params=SamplingParams(),
+        return_logprob=False,
+        logprob_start_len=-1,
+        top_logprobs_num=0,
+        token_ids_logprob=None,
+        stream=False,
+    )
+    obj.time_stats = APIServerReqTimeStats()
+    return obj
+
+
+async def send(tm: Any, obj: Any) -> None:
+    """Call `_send_one_request` whether the tree made it a coroutine (patched) or not (stock)."""
+    result = tm._send_one_request(obj)
+    if inspect.isawaitable(result):
+        await result
+
+
+async def wait_for(predicate: Any, what: str, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        await asyncio.sleep(0.005)
+
+
+class CopyStandIns:
+    """Replaces the module's `wrap_shm_features` with a held, recording copy and
+    `discard_shm_features` with a recording (optionally failing) discard."""
+
+    def __init__(self, hold: Any, discard_error: Optional[Exception] = None) -> None:
+        self.hold = hold
+        self.discard_error = discard_error
+        self.calls: List[Tuple[str, str, float]] = []  # (what, thread, monotonic time)
+
+    def wrap(self, obj: Any) -> Any:
+        self.calls.append(("wrap", threading.current_thread().name, time.monotonic()))
+        if obj.mm_inputs:  # like the real copy, a no-op without multimodal inputs
+            self.hold()
+        return obj
+
+    def discard(self, obj: Any) -> None:
+        self.calls.append(("discard", threading.current_thread().name, time.monotonic()))
+        if self.discard_error is not None:
+            raise self.discard_error
+
+    def names(self) -> List[str]:
+        return [what for what, _, _ in self.calls]
+
+
+@pytest.fixture
+def copy_stand_ins(monkeypatch, hold_factory):
+    def install(seconds: float = 0.5, discard_error: Optional[Exception] = None):
+        stand_ins = CopyStandIns(hold_factory(seconds=seconds), discard_error)
+        monkeypatch.setattr(tokenizer_manager_module, "wrap_shm_features", stand_ins.wrap)
+        # raising=False: stock 0.5.19's tokenizer_manager does not import the discard.
+        monkeypatch.setattr(
+            tokenizer_manager_module, "discard_shm_features", stand_ins.discard, raising=False
+        )
+        return stand_ins
+
+    return install
+
+
+@pytest.mark.detects_stock_bug
+def test_copy_runs_on_the_shm_worker_while_the_loop_ticks(
+    make_tokenizer_manager, copy_stand_ins, tick_recorder
+):
+    stand_ins = copy_stand_ins(seconds=0.5)
+    tm = make_tokenizer_manager()
+    obj = make_request("mm-1", [torch.ones(4)])
+
+    async def scenario():
+        tick_recorder.start()
+        await send(tm, obj)
+        await tick_recorder.stop()
+
+    asyncio.run(scenario())
+
+    hold = stand_ins.hold
+    ticks = tick_recorder.between(hold.started_at, hold.ended_at)
+    assert ticks >= MIN_TICKS, (
+        f"the event loop ticked {ticks} times during a {hold.seconds}s blocked shm copy "
+        f"(want >= {MIN_TICKS}); the copy ran on thread {hold.threads}"
+    )
+    assert hold.threads[0].startswith(SHM_WORKER_PREFIX), hold.threads
+    assert tm.dispatched == [obj], "the request was not dispatched after its copy"
+
+
+@pytest.mark.detects_stock_bug
+def test_cancel_mid_copy_discards_once_after_the_copy_on_the_same_thread(
+    make_tokenizer_manager, copy_stand_ins, caplog
+):
+    caplog.set_level(logging.INFO, logger=tokenizer_manager_module.__name__)
+    stand_ins = copy_stand_ins(seconds=2.0)
+    tm = make_tokenizer_manager()
+    obj = make_request("mm-cancelled", [torch.ones(4)])
+
+    async def scenario():
+        task = asyncio.create_task(send(tm, obj))
+        await stand_ins.hold.wait_started()
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            cancelled = True
+        else:
+            cancelled = False
+        calls_at_cancel = stand_ins.names()
+        stand_ins.hold.released.set()
+        if cancelled:
+            await wait_for(lambda: "discard" in stand_ins.names(), "the discard")
+            await asyncio.sleep(0.2)  # a second discard would show up here
+        return cancelled, calls_at_cancel
+
+    cancelled, calls_at_cancel = asyncio.run(scenario())
+
+    assert cancelled, (
+        f"cancelling the request during its shm copy did not cancel it: the copy ran on "
+        f"{stand_ins.hold.threads} and the request was dispatched ({len(tm.dispatched)}) "
+        f"before the cancellation could run"
+    )
+    assert calls_at_cancel == ["wrap"], f"the discard ran before the copy ended: {calls_at_cancel}"
+    assert stand_ins.names() == ["wrap", "discard"], stand_ins.calls
+    (_, wrap_thread, _), (_, discard_thread, discard_at) = stand_ins.calls
+    assert wrap_thread.startswith(SHM_WORKER_PREFIX), wrap_thread
+    assert discard_thread == wrap_thread, stand_ins.calls
+    assert discard_at >= stand_ins.hold.ended_at, "the discard started before the copy ended"
+    assert tm.dispatched == [], "a cancelled request reached the scheduler"
+    outcome = [r for r in caplog.records if "mm-cancelled" in r.getMessage()]
+    assert outcome, "the discard's outcome was not logged"
+
+
+@pytest.mark.detects_stock_bug
+def test_failed_discard_is_logged_as_a_warning(make_tokenizer_manager, copy_stand_ins, caplog):
+    caplog.set_level(logging.INFO, logger=tokenizer_manager_module.__name__)
+    stand_ins = copy_stand_ins(
+        seconds=2.0, discard_error=OSError(13, "Permission denied", "/dev/shm/sgl_shm_mm_x")
+    )
+    tm = make_tokenizer_manager()
+    obj = make_request("mm-unlink-fails", [torch.ones(4)])
+
+    def warnings_about_request() -> List[logging.LogRecord]:
+        return [
+            r
+            for r in caplog.records
+            if r.levelno == logging.WARNING and "mm-unlink-fails" in r.getMessage()
+        ]
+
+    async def scenario():
+        task = asyncio.create_task(send(tm, obj))
+        await stand_ins.hold.wait_started()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        stand_ins.hold.released.set()
+        if "discard" not in stand_ins.names():
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(0.1)
+
+    asyncio.run(scenario())
+
+    assert stand_ins.names() == ["wrap", "discard"], (
+        f"no discard was queued for the request cancelled mid-copy: {stand_ins.calls}"
+    )
+    records = warnings_about_request()
+    assert records, "the failing discard was not logged as a warning"
+    assert records[0].exc_info and records[0].exc_info[1] is stand_ins.discard_error, (
+        "the warning does not carry the discard's exception"
+    )
+
+
+def test_requests_without_multimodal_inputs_dispatch_without_suspending(
+    make_tokenizer_manager, copy_stand_ins
+):
+    """Text-only requests take the old path: no thread hop, dispatched within the call, so their
+    order relative to each other and to the rest of the loop is what it was."""
+    stand_ins = copy_stand_ins(seconds=2.0)
+    tm = make_tokenizer_manager()
+    obj = make_request("text-only", None)
+
+    result = tm._send_one_request(obj)
+    if inspect.iscoroutine(result):
+        with pytest.raises(StopIteration):
+            result.send(None)  # runs to completion at once, or this step suspends
+
+    assert tm.dispatched == [obj]
+    assert all(thread == threading.current_thread().name for _, thread, _ in stand_ins.calls), (
+        f"a request without multimodal inputs went through another thread: {stand_ins.calls}"
+    )
+
+
+@pytest.mark.detects_stock_bug
+def test_text_requests_are_not_held_behind_a_copy(make_tokenizer_manager, copy_stand_ins):
+    stand_ins = copy_stand_ins(seconds=2.0)
+    tm = make_tokenizer_manager()
+    image = make_request("image", [torch.ones(4)])
+    first, second = make_request("text-1", None), make_request("text-2", None)
+
+    async def scenario():
+        copying = asyncio.create_task(send(tm, image))
+        await stand_ins.hold.wait_started()
+        await send(tm, first)
+        await send(tm, second)
+        order_during_copy = [o.rid for o in tm.dispatched]
+        stand_ins.hold.released.set()
+        await copying
+        return order_during_copy
+
+    order_during_copy = asyncio.run(scenario())
+
+    assert order_during_copy == ["text-1", "text-2"], (
+        f"text requests waited behind a multimodal copy: dispatched {order_during_copy} "
+        f"while it ran"
+    )
+    assert [o.rid for o in tm.dispatched] == ["text-1", "text-2", "image"]
+
+
+# --- real /dev/shm segments -------------------------------------------------------------------
+
+
+def own_segments() -> set:
+    """This process's multimodal segments (`make_shm_name("mm")` embeds the pid)."""
+    marker = f"_mm_{os.getpid()}_"
+    return {name for name in os.listdir(SHM_DIR) if marker in name}
+
+
+@pytest.fixture
+def real_shm(monkeypatch):
+    """Real `ShmPointerMMData` segments: needs room in /dev/shm; unlinks anything a failing test
+    left behind."""
+    if not os.path.isdir(SHM_DIR):
+        pytest.skip(f"{SHM_DIR} does not exist on this platform")
+    needed = REAL_ITEMS * REAL_ITEM_BYTES + (256 << 20)
+    free = shutil.disk_usage(SHM_DIR).free
+    if free < needed:
+        pytest.skip(
+            f"{SHM_DIR} has {free / 2**20:.0f} MiB free; the real-segment test needs "
+            f"{needed / 2**20:.0f} MiB ({REAL_ITEMS} x {REAL_ITEM_BYTES / 2**20:.0f} MiB + margin)"
+        )
+    # The transport decision and the serving flag come from the published server config; pin
+    # them to a single-node server with a tokenizer (the shm path).
+    monkeypatch.setattr(mm_utils, "_is_default_tensor_transport", False)
+    monkeypatch.setattr(
+        mm_utils, "get_serving", lambda: SimpleNamespace(skip_tokenizer_init=False)
+    )
+    before = own_segments()
+    yield
+    for name in own_segments() - before:
+        os.unlink(os.path.join(SHM_DIR, name))
+
+
+@pytest.fixture(scope="module")
+def real_feature() -> torch.Tensor:
+    generator = torch.Generator().manual_seed(0)
+    return torch.rand(REAL_ITEM_SHAPE, generator=generator)
+
+
+def test_real_shm_features_arrive_byte_identical(real_shm, real_feature, make_tokenizer_manager):
+    tm = make_tokenizer_manager()
+    obj = make_request("real-images", [real_feature] * REAL_ITEMS)
+    before = own_segments()
+
+    asyncio.run(send(tm, obj))
+
+    assert tm.dispatched == [obj]
+    pointers = [item.feature for item in tm.dispatched[0].mm_inputs.mm_items]
+    assert all(isinstance(p, mm_utils.ShmPointerMMData) for p in pointers), pointers
+    assert {p.shm_name for p in pointers} <= own_segments() - before
+    # What the scheduler does on receipt: reopen by name (pickle round trip), copy out, unlink.
+    for pointer in pointers:
+        received = mm_utils.ShmPointerMMData.__new__(mm_utils.ShmPointerMMData)
+        received.__setstate__(pointer.__getstate__())
+        tensor = received.materialize()
+        assert tensor.dtype == real_feature.dtype and tensor.shape == real_feature.shape
+        assert torch.equal(tensor, real_feature), f"segment {pointer.shm_name} differs"
+        del tensor
+    assert own_segments() - before == set(), "materialized segments were not unlinked"
+
+
+@pytest.mark.detects_stock_bug
+def test_real_shm_cancel_mid_copy_leaves_no_segment(
+    real_shm, real_feature, make_tokenizer_manager
+):
+    tm = make_tokenizer_manager()
+    obj = make_request("real-images-cancelled", [real_feature] * REAL_ITEMS)
+    before = own_segments()
+
+    def created() -> set:
+        return own_segments() - before
+
+    def copy_finished_and_discarded() -> bool:
+        items = obj.mm_inputs.mm_items
+        return all(isinstance(i.feature, mm_utils.ShmPointerMMData) for i in items) and (
+            not created()
+        )
+
+    async def scenario():
+        task = asyncio.create_task(send(tm, obj))
+        await wait_for(lambda: created() or task.done(), "the first segment", timeout=30)
+        segments_at_cancel = len(created())
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            cancelled = True
+        else:
+            cancelled = False
+        deadline = time.monotonic() + 60
+        while cancelled and not copy_finished_and_discarded() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return cancelled, segments_at_cancel
+
+    cancelled, segments_at_cancel = asyncio.run(scenario())
+
+    assert cancelled and segments_at_cancel < REAL_ITEMS, (
+        f"the request could not be cancelled mid-copy: the copy ran on the event loop and "
+        f"had created {segments_at_cancel} of {REAL_ITEMS} segments (dispatched: "
+        f"{len(tm.dispatched)}) before the cancellation ran"
+    )
+    assert tm.dispatched == []
+    wrapped = sum(isinstance(i.feature, mm_utils.ShmPointerMMData) for i in obj.mm_inputs.mm_items)
+    assert wrapped == REAL_ITEMS, f"the shielded copy stopped after {wrapped} of {REAL_ITEMS} items"
+    assert created() == set(), (
+        f"{len(created())} segments left in {SHM_DIR} 60 s after the cancel: {sorted(created())}"
+    )
