@@ -51,15 +51,18 @@ def _metrics_findings(compose: ComposeFile, item: EmbeddedNginx,
     findings = []
     locations = server.children("location")
     for path in METRICS_PATHS:
-        prefix = [l for l in locations if l.values == ["^~", path]]
-        if not prefix or not all(_returns_404(l) for l in prefix):
+        # `^~` (prefix, wins over regex locations) and `=` (exact) both answer the path itself.
+        blocking = [l for l in locations
+                    if l.values in (["^~", path], ["=", path]) and _returns_404(l)]
+        overriding = [l for l in locations if l.values == ["=", path] and not _returns_404(l)]
+        if overriding:
+            findings.append(compose.finding(item.where, (
+                f"{_describe(server)}: `location = {path}` at line {overriding[0].line} "
+                f"overrides the 404 for {path}; make it `return 404;` or remove it")))
+        elif not blocking:
             findings.append(compose.finding(item.where, (
                 f"{_describe(server)} is a public TLS listener in front of an inference proxy "
                 f"but does not block {path}: add `location ^~ {path} {{ return 404; }}`")))
-        for exact in (l for l in locations if l.values == ["=", path] and not _returns_404(l)):
-            findings.append(compose.finding(item.where, (
-                f"{_describe(server)}: `location = {path}` at line {exact.line} overrides the "
-                f"404 for {path}; make it `return 404;` or remove it")))
     return findings
 
 

@@ -168,7 +168,13 @@ def run_nginx_t(items: list[EmbeddedNginx], nginx_bin: str, openssl_bin: str) ->
         for path in [prefix, *prefix.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
             if os.geteuid() == 0:
-                os.chown(path, UNPRIVILEGED, UNPRIVILEGED)
+                try:
+                    os.chown(path, UNPRIVILEGED, UNPRIVILEGED)
+                except OSError as exc:
+                    return [NginxError(items[0].where, (
+                        f"cannot hand the test prefix to uid {UNPRIVILEGED} ({exc.strerror}): "
+                        "this user namespace does not map it; run outside Bazel's sandbox "
+                        "(tags = [\"no-sandbox\"])"))]
         argv = [nginx_bin, "-t", "-q", "-p", f"{prefix}/", "-c", str(prefix / "nginx.conf"),
                 "-e", str(prefix / "logs" / "error.log")]
         argv = _isolated(argv)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -345,6 +346,10 @@ def _releases(args: argparse.Namespace) -> Releases | None:
         return load_releases(paths, paths[0].parent)
     if args.releases_dir:
         return load_release_dir(cli.user_path(args.releases_dir))
+    # `bazel run` from a checkout: the committed records, when the repository has them.
+    workspace = os.environ.get("BUILD_WORKSPACE_DIRECTORY")
+    if workspace and (Path(workspace) / "recipes" / "releases").is_dir():
+        return load_release_dir(Path(workspace) / "recipes" / "releases")
     return None
 
 
@@ -363,8 +368,9 @@ def check(compose: ComposeFile, args: argparse.Namespace) -> list[Finding]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--releases-dir", help="directory of release records "
-                   "(recipes/releases); decides which image digests carry the split patch")
+    p.add_argument("--releases-dir", help="directory of release records (default under `bazel "
+                   "run`: the checkout's recipes/releases); decides which image digests carry "
+                   "the split patch and which release each replica must pin")
     p.add_argument("--release", action="append", default=[], metavar="RECORD_JSON",
                    help="a release record file (repeatable; instead of --releases-dir)")
     p.add_argument("--source", help="the compose file this one derives from (whole-file rule)")

@@ -5,8 +5,8 @@ Rules:
     and with it every other replica, down);
   * nginx `depends_on` every inference proxy its embedded config routes to;
   * inference proxies pass WEB_CONTEXT_SEARCH_URL and WEB_CONTEXT_SEARCH_API_KEY;
-  * the model-proxy registrar gets PROXY_TOKEN from the host, its script sets
-    INFERENCE_TOKEN from it, and every probe of the inference API sends it as a bearer token;
+  * the model-proxy registrar gets PROXY_TOKEN from the host and every probe of the inference
+    API sends it as a bearer token (directly or as INFERENCE_TOKEN set from it);
   * every image (services and `x-*` anchors) is pinned by digest, and nothing is built.
 """
 
@@ -30,7 +30,7 @@ PROXY_REQUIRED_ENV = ("WEB_CONTEXT_SEARCH_URL", "WEB_CONTEXT_SEARCH_API_KEY")
 REGISTRAR = "model-proxy-registrar"
 # Probes of the inference API the registrar makes; each must authenticate.
 PROBED = re.compile(r"/v1/chat/completions|/v1/models|\$\{?READY_URL\}?")
-BEARER = re.compile(r"Authorization: Bearer \$\{?INFERENCE_TOKEN\}?")
+BEARER = re.compile(r"Authorization: Bearer \$\{?(INFERENCE_TOKEN|PROXY_TOKEN)\}?")
 TOKEN_FROM_HOST = re.compile(r"^\$\{PROXY_TOKEN(:?\?[^}]*)?\}$")
 INFERENCE_TOKEN_DEF = re.compile(r"""^\s*(export\s+)?INFERENCE_TOKEN=["']?\$\{?PROXY_TOKEN\}?["']?\s*$""",
                                  re.M)
@@ -106,15 +106,17 @@ def registrar_findings(compose: ComposeFile) -> list[Finding]:
             "registrar has no script (config mounted by the service or inline command) to check"))]
     for where, raw in scripts:
         script = raw.replace("$$", "$")
-        if not INFERENCE_TOKEN_DEF.search(script):
+        if "INFERENCE_TOKEN" in script and not INFERENCE_TOKEN_DEF.search(script):
             findings.append(compose.finding(where, (
-                'registrar script must define `INFERENCE_TOKEN="$${PROXY_TOKEN}"` '
-                "(compose-escaped) before probing the inference API")))
+                'registrar script uses INFERENCE_TOKEN but does not set it from the host\'s '
+                'token: `INFERENCE_TOKEN="$${PROXY_TOKEN}"` (compose-escaped)')))
         for number, line in enumerate(_logical_lines(script), start=1):
+            if line.lstrip().startswith("#"):
+                continue
             if re.search(r"\bcurl\b", line) and PROBED.search(line) and not BEARER.search(line):
                 findings.append(compose.finding(where, (
-                    f"line {number}: curl probe of the inference API without "
-                    "`-H \"Authorization: Bearer $$INFERENCE_TOKEN\"`: "
+                    f"line {number}: curl probe of the inference API without a bearer token "
+                    "(add `-H \"Authorization: Bearer $$INFERENCE_TOKEN\"`): "
                     f"{' '.join(line.split())[:120]}")))
     return findings
 

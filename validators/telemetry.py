@@ -33,9 +33,11 @@ VALIDATOR = "telemetry"
 
 OTEL = "nearai.otel."
 LOGS_LABEL = "com.datadoghq.ad.logs"
-REQUIRED_SCRAPE_LABELS = ("service", "source", "port", "metrics_path", "deployment")
-# Labels that describe how to scrape, not the series: they are not mirrored as job labels.
-SCRAPE_MECHANICS = ("scrape", "port", "metrics_path")
+REQUIRED_SCRAPE_LABELS = ("service", "port", "metrics_path", "deployment")
+# Series labels: when either the service or its scrape job carries one, both carry it, equal.
+# Other `nearai.otel.*` labels (role, gpus, enabled, ...) are container metadata only.
+MIRRORED = ("service", "source", "deployment", "model", "model_path", "precision", "instance",
+            "replica", "gpu_pair", "engine_image", "config_variant")
 AGREEING_KEYS = ("engine_image", "config_variant")
 SECTIONS = {"receivers": "receivers", "processors": "processors", "exporters": "exporters"}
 
@@ -195,7 +197,7 @@ def label_findings(compose: ComposeFile, targets: list[ScrapeTarget]) -> list[Fi
                                          "; add one to the collector's prometheus receiver"))))
             else:
                 job = matches[0]
-                series = {k: v for k, v in otel.items() if k not in SCRAPE_MECHANICS}
+                series = {k: v for k, v in otel.items() if k in MIRRORED}
                 for key in sorted(set(series) | set(job.labels)):
                     if series.get(key) != job.labels.get(key):
                         findings.append(compose.finding(join_path(base, OTEL + key), (
@@ -206,6 +208,9 @@ def label_findings(compose: ComposeFile, targets: list[ScrapeTarget]) -> list[Fi
                         f"metrics_path {otel['metrics_path']!r} but scrape job {job.job!r} "
                         f"scrapes {job.metrics_path!r}")))
         if name in engine_names:
+            if job is None:  # not marked (reported above or below): still compare its job
+                hits = [t for t in targets if t.host == name]
+                job = hits[0] if len(hits) == 1 else None
             findings += _agreement(compose, name, service, otel, entry, job)
     for target in targets:
         if target.host in compose.services and (target.host, target.port) not in scraped:

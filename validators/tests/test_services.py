@@ -88,7 +88,8 @@ def test_registrar_probe_without_bearer(inputs: Inputs, mutate) -> None:
     [error] = result.errors()
     assert error.startswith(
         f"{copy}: configs.{holder['name']}.content: line {holder['line']}: curl probe of the "
-        "inference API without `-H \"Authorization: Bearer $$INFERENCE_TOKEN\"`: ")
+        "inference API without a bearer token (add `-H \"Authorization: Bearer "
+        "$$INFERENCE_TOKEN\"`): ")
 
 
 def test_registrar_token_not_from_host(inputs: Inputs, mutate) -> None:
