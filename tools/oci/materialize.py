@@ -1,0 +1,90 @@
+"""Turns an image's layout directory plus its layer blobs into a self-contained OCI layout.
+
+`bazel build` leaves each image as a small layout (manifest, config, embedded blobs) whose
+other layer blobs are separate Bazel outputs. Tools that need every blob in one directory
+(skopeo copy, podman pull oci:) get one from this program:
+
+  --mode symlink   instant; for `bazel run`/test scratch directories (skopeo and podman follow
+                   symlinks). Never inside a Bazel output directory (Bazel 4 rejects them).
+  --mode hardlink  instant on one filesystem; never for Bazel outputs either (linking changes
+                   the source file's ctime, which makes Bazel redo the action that made it).
+  --mode copy      what the `<image>.layout` Bazel targets use; costs a full copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tools.oci import ocitar  # noqa: E402
+from tools.oci.ocilayout import LayerDescriptor, LayoutError, blob_path, link_or_copy, read_layout  # noqa: E402
+
+
+def materialize(image: Path, blobs: dict[str, Path], out: Path, mode: str, verify: bool = False) -> str:
+    """Writes the full layout to `out`; returns the manifest digest. `blobs`: digest -> file."""
+    img = read_layout(image)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
+    # The small files (index, oci-layout, manifest, config, embedded blobs) are always copied.
+    for src in sorted(Path(image).rglob("*")):
+        rel = src.relative_to(image)
+        dst = out / rel
+        if src.is_dir():
+            dst.mkdir(parents=True, exist_ok=True)
+        elif not dst.exists():
+            shutil.copyfile(src, dst)
+    missing = []
+    for layer in img.manifest.get("layers", []):
+        digest, size = layer["digest"], int(layer["size"])
+        dst = blob_path(out, digest)
+        if dst.exists():
+            continue
+        src = blobs.get(digest)
+        if src is None:
+            missing.append(digest)
+            continue
+        actual = os.stat(src).st_size
+        if actual != size:
+            raise LayoutError(f"{src}: {actual} bytes, but the manifest says {digest} has {size}; rebuild the layer")
+        if verify and ocitar.hash_file(src).digest != digest:
+            raise LayoutError(f"{src} does not hash to {digest}; rebuild the layer")
+        link_or_copy(src, dst, mode)
+    if missing:
+        raise LayoutError(
+            f"{image}: no blob given for layer(s) {', '.join(missing)}; pass --blob DESCRIPTOR=BLOB "
+            "for every layer (a shallow base has no blobs: pull it first)")
+    return img.manifest_digest
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--image", type=Path, required=True, help="the image's layout directory")
+    p.add_argument("--blob", action="append", default=[], metavar="DESCRIPTOR=BLOB",
+                   help="a layer descriptor JSON and its blob file (repeat for every layer)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--mode", choices=("copy", "hardlink", "symlink"), default="copy")
+    p.add_argument("--verify", action="store_true", help="re-hash every blob (slow; sizes are always checked)")
+    args = p.parse_args(argv)
+    try:
+        blobs = {}
+        for item in args.blob:
+            desc, sep, blob = item.partition("=")
+            if not sep:
+                raise LayoutError(f"--blob {item!r}: expected DESCRIPTOR=BLOB")
+            blobs[LayerDescriptor.load(Path(desc)).digest] = Path(blob)
+        digest = materialize(args.image, blobs, args.out, args.mode, args.verify)
+    except (LayoutError, OSError) as e:
+        print(f"materialize.py: error: {e}", file=sys.stderr)
+        return 1
+    print(digest)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

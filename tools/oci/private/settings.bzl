@@ -1,0 +1,17 @@
+"""Build settings of the OCI rules."""
+
+load(":providers.bzl", "LockModeInfo")
+
+_MODES = ("soft", "strict")
+
+def _lock_mode_impl(ctx):
+    mode = ctx.build_setting_value
+    if mode not in _MODES:
+        fail("%s must be one of %s, got %r" % (ctx.label, _MODES, mode))
+    return [LockModeInfo(mode = mode)]
+
+lock_mode_flag = rule(
+    implementation = _lock_mode_impl,
+    build_setting = config.string(flag = True),
+    doc = "How a soft lock (e.g. debian.lock) reacts to drift: soft = warn and use current versions, strict = fail.",
+)
