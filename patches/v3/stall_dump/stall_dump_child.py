@@ -25,17 +25,20 @@ import socket
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 from typing import Callable, Dict, Optional
 
-from stall_dump_locate import locate, load_stall_dump_module
+from stall_dump_locate import load_stall_dump_module, locate
 
 SECRET_ENV = "STALL_TEST_SECRET"
 LONG_LINE_CHARS = 6000
 
 
 def mark(name: str, value: str = "") -> None:
-    utc = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+    utc = datetime.datetime.now(datetime.timezone.utc).isoformat(
+        timespec="milliseconds"
+    )
     os.write(2, f"MARK {name} utc={utc} {value}\n".encode())
 
 
@@ -263,25 +266,56 @@ def uvicorn_main(args: argparse.Namespace) -> None:
     mark("done")
 
 
-def package_import_main(args: argparse.Namespace) -> None:
-    located = locate()
-    imported = importlib.import_module("sglang.srt.utils.event_loop_stall_dump")
+def _blocked_after_real_lifespan(seconds: float) -> int:
+    secret = os.environ[SECRET_ENV]
+    time.sleep(seconds)
+    return len(secret)
+
+
+async def real_lifespan_main(args: argparse.Namespace) -> None:
+    """sglang's own http_server.lifespan, imported through the package, arms
+    the dumper on the running loop before anything else it does."""
+    http_server = importlib.import_module("sglang.srt.entrypoints.http_server")
+    real = sys.modules.get("sglang.srt.utils.event_loop_stall_dump")
     mark(
         "package-import",
         json.dumps(
             {
-                "located": str(located.resolve()),
-                "imported": str(Path(imported.__file__).resolve()),
-                "has_install": callable(getattr(imported, "install", None)),
+                "located": str(locate().resolve()),
+                "imported": str(Path(real.__file__).resolve()) if real else None,
             }
         ),
     )
+    # A stand-in app: enough for lifespan's first lines; without a tokenizer
+    # manager or published server config the rest of lifespan raises.
+    app = types.SimpleNamespace(
+        is_single_tokenizer_mode=True,
+        server_args=types.SimpleNamespace(),
+        warmup_thread_kwargs={},
+    )
+    try:
+        async with asyncio.timeout(30):
+            async with http_server.lifespan(app):
+                pass
+        outcome = "lifespan ran through"
+    except BaseException as exc:  # noqa: B036 - any outcome is fine here
+        if not isinstance(exc, Exception):
+            raise
+        outcome = f"lifespan stopped at {type(exc).__name__}"
+    mark("lifespan", outcome)
+    mark("threads", _thread_names())
+    await asyncio.sleep(1.2)
+    mark("block-start")
+    _blocked_after_real_lifespan(args.block)
+    mark("block-end")
+    await asyncio.sleep(args.after)
+    mark("done")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
-        "scenario", choices=["block", "fork", "uvicorn", "package-import"]
+        "scenario", choices=["block", "fork", "uvicorn", "real-lifespan"]
     )
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     parser.add_argument("--blocker", choices=sorted(BLOCKERS), default="sleep")
@@ -306,7 +340,8 @@ def main() -> int:
     elif args.scenario == "uvicorn":
         uvicorn_main(args)
     else:
-        package_import_main(args)
+        # http_server sets uvloop's policy at import, as in production.
+        asyncio.run(real_lifespan_main(args))
     return 0
 
 

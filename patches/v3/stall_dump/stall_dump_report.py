@@ -47,7 +47,9 @@ FAULT_HEADER_RE = re.compile(r"^Timeout \((?P<timeout>[\d:.]+)\)!$")
 FAULT_THREAD_RE = re.compile(
     r"^(?:Current thread|Thread) 0x(?P<ident>[0-9a-f]+) \(most recent call first\):$"
 )
-FAULT_FRAME_RE = re.compile(r'^  File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.+)$')
+FAULT_FRAME_RE = re.compile(
+    r'^  File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.+)$'
+)
 MARK_RE = re.compile(r"^MARK (?P<name>\S+) utc=(?P<utc>\S+)(?: (?P<value>.*))?$")
 
 

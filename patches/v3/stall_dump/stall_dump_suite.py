@@ -128,7 +128,9 @@ class Checks:
         except Exception as exc:  # a malformed report fails the check, no more
             ok, detail = False, f"check raised {exc!r}"
         self.results.append((scenario, name, bool(ok), detail))
-        print(f"{'ok    ' if ok else 'FAILED'} {scenario}: {name} -- {detail}", flush=True)
+        print(
+            f"{'ok    ' if ok else 'FAILED'} {scenario}: {name} -- {detail}", flush=True
+        )
 
     def summary(self) -> Tuple[int, int]:
         passed = sum(1 for r in self.results if r[2])
@@ -152,8 +154,14 @@ def _env(params: Params, stall: Optional[str], repeat: Optional[str]) -> Dict[st
     return env
 
 
-def _child(params: Params, name: str, args: List[str], env: Dict[str, str],
-           timeout: float = 45.0, block: Optional[float] = None) -> Child:
+def _child(
+    params: Params,
+    name: str,
+    args: List[str],
+    env: Dict[str, str],
+    timeout: float = 45.0,
+    block: Optional[float] = None,
+) -> Child:
     common = [
         f"--block={params.block if block is None else block:g}",
         f"--after={params.after:g}",
@@ -163,35 +171,80 @@ def _child(params: Params, name: str, args: List[str], env: Dict[str, str],
     return Child(name, [sys.executable, str(CHILD)] + args + common, env, timeout)
 
 
-def build_waves(params: Params) -> List[List[Child]]:
+def build_waves(params: Params) -> Tuple[List[Child], List[List[Child]]]:
+    """(background, waves): background children start first and run across
+    all waves; each wave starts when the previous one has ended."""
     thr = f"{params.threshold:g}"
     timing = [  # low CPU, timing-sensitive, plus the one that needs a core
-        _child(params, "asyncio-sleep", ["block", "--loop=asyncio", "--long-line"],
-               _env(params, thr, thr)),
-        _child(params, "uvloop-sleep",
-               ["block", "--loop=uvloop", "--long-line", "--explicit"],
-               _env(params, None, None)),
-        _child(params, "uvloop-spin", ["block", "--loop=uvloop", "--blocker=spin"],
-               _env(params, thr, thr)),
-        _child(params, "uvloop-gil", ["block", "--loop=uvloop", "--blocker=gil"],
-               _env(params, thr, thr)),
+        _child(
+            params,
+            "asyncio-sleep",
+            ["block", "--loop=asyncio", "--long-line"],
+            _env(params, thr, thr),
+        ),
+        _child(
+            params,
+            "uvloop-sleep",
+            ["block", "--loop=uvloop", "--long-line", "--explicit"],
+            _env(params, None, None),
+        ),
+        _child(
+            params,
+            "uvloop-spin",
+            ["block", "--loop=uvloop", "--blocker=spin"],
+            _env(params, thr, thr),
+        ),
+        _child(
+            params,
+            "uvloop-gil",
+            ["block", "--loop=uvloop", "--blocker=gil"],
+            _env(params, thr, thr),
+        ),
         # Quiet ones: a 3 s block shows the loop ran on and nothing dumped.
-        _child(params, "disabled", ["block", "--loop=uvloop"], _env(params, "0", None),
-               block=3),
-        _child(params, "bad-env", ["block", "--loop=uvloop"], _env(params, "abc", None),
-               block=3),
-        _child(params, "bad-repeat", ["block", "--loop=asyncio"],
-               _env(params, thr, "-1"), block=3),
+        _child(
+            params,
+            "disabled",
+            ["block", "--loop=uvloop"],
+            _env(params, "0", None),
+            block=3,
+        ),
+        _child(
+            params,
+            "bad-env",
+            ["block", "--loop=uvloop"],
+            _env(params, "abc", None),
+            block=3,
+        ),
+        _child(
+            params,
+            "bad-repeat",
+            ["block", "--loop=asyncio"],
+            _env(params, thr, "-1"),
+            block=3,
+        ),
     ]
     processes = [
-        _child(params, "asyncio-fork", ["fork", "--loop=asyncio", "--blocker=gil"],
-               _env(params, thr, thr)),
+        _child(
+            params,
+            "asyncio-fork",
+            ["fork", "--loop=asyncio", "--blocker=gil"],
+            _env(params, thr, thr),
+        ),
         _child(params, "uvicorn", ["uvicorn"], _env(params, thr, thr), timeout=75.0),
     ]
-    # Last and alone: importing the real sglang package costs seconds of CPU.
-    package = [_child(params, "package-import", ["package-import"],
-                      _env(params, None, None), timeout=120.0)]
-    return [timing, processes, package]
+    # Importing sglang's http_server costs ~12 s of CPU (30-50 s on 2 busy
+    # cores); it overlaps the waves, whose one CPU-bound child runs boosted.
+    background = [
+        _child(
+            params,
+            "real-lifespan",
+            ["real-lifespan"],
+            _env(params, thr, thr),
+            timeout=180.0,
+            block=4,
+        )
+    ]
+    return background, [timing, processes]
 
 
 # --- the uvicorn driver: probes /health while a request blocks the loop ------
@@ -283,20 +336,35 @@ def _secs(report: Report, name: str) -> Optional[float]:
 
 
 def check_exit(c: Checks, s: str, child: Child, allowed=(0,)) -> None:
-    c.check(s, "child exits cleanly", lambda: (
-        child.rc in allowed and not child.timed_out,
-        f"rc={child.rc} timed_out={child.timed_out} "
-        f"stderr tail={child.stderr()[-300:]!r}" if child.rc not in allowed else f"rc={child.rc}"))
+    c.check(
+        s,
+        "child exits cleanly",
+        lambda: (
+            child.rc in allowed and not child.timed_out,
+            (
+                f"rc={child.rc} timed_out={child.timed_out} "
+                f"stderr tail={child.stderr()[-300:]!r}"
+                if child.rc not in allowed
+                else f"rc={child.rc}"
+            ),
+        ),
+    )
 
 
 def check_armed(c: Checks, s: str, child: Child, report: Report, thr: float) -> None:
     def fn():
         want = f"stall={thr:g}s repeat={thr:g}s"
-        hits = [m for m in report.armed if int(m["pid"]) == _pid(child)
-                and f"stall={m['stall']}s repeat={m['repeat']}s" == want]
+        hits = [
+            m
+            for m in report.armed
+            if int(m["pid"]) == _pid(child)
+            and f"stall={m['stall']}s repeat={m['repeat']}s" == want
+        ]
         return len(report.armed) == 1 and len(hits) == 1, (
             f"armed lines={[m.group(0) for m in report.armed]}, want one with {want} "
-            f"and pid {_pid(child)}")
+            f"and pid {_pid(child)}"
+        )
+
     c.check(s, "one 'event-loop stall dump armed' line", fn)
 
 
@@ -313,11 +381,13 @@ def _block_dumps(report: Report):
     return [d for d in report.dumps if start.line_no < d.line_no < last]
 
 
-def check_dumps_name_blocker(c: Checks, s: str, report: Report, func: str,
-                             source: str, min_dumps: int = 2) -> None:
+def check_dumps_name_blocker(
+    c: Checks, s: str, report: Report, func: str, source: str, min_dumps: int = 2
+) -> None:
     def count():
         dumps = _block_dumps(report)
         return len(dumps) >= min_dumps, f"{len(dumps)} dumps during the block"
+
     c.check(s, f">= {min_dumps} dumps while the loop is blocked", count)
 
     def names():
@@ -326,15 +396,22 @@ def check_dumps_name_blocker(c: Checks, s: str, report: Report, func: str,
         bad = []
         for d in dumps:
             first = d.threads[0] if d.threads else None
-            ok = (first is not None and first.is_loop and first.ident == ident
-                  and sum(t.is_loop for t in d.threads) == 1
-                  and first.frames and first.frames[-1].func == func
-                  and source in first.frames[-1].source)
+            ok = (
+                first is not None
+                and first.is_loop
+                and first.ident == ident
+                and sum(t.is_loop for t in d.threads) == 1
+                and first.frames
+                and first.frames[-1].func == func
+                and source in first.frames[-1].source
+            )
             if not ok:
                 bad.append(d.number)
         return bool(dumps) and not bad, (
             f"loop thread listed first with innermost frame {func} / {source!r}; "
-            f"bad dumps={bad} of {[d.number for d in dumps]}")
+            f"bad dumps={bad} of {[d.number for d in dumps]}"
+        )
+
     c.check(s, "each dump lists the loop thread first, blocked in the blocker", names)
 
 
@@ -343,7 +420,9 @@ def check_first_dump_timing(c: Checks, s: str, report: Report, thr: float) -> No
         dumps = _block_dumps(report)
         first = dumps[0].age if dumps else None
         return first is not None and thr <= first <= thr + FIRST_DUMP_SLACK_S, (
-            f"first dump at stall age {first}s, want {thr:g}..{thr + FIRST_DUMP_SLACK_S:g}s")
+            f"first dump at stall age {first}s, want {thr:g}..{thr + FIRST_DUMP_SLACK_S:g}s"
+        )
+
     c.check(s, "first dump's stall age within threshold + 2.5 s", age)
 
     def wall():
@@ -353,7 +432,9 @@ def check_first_dump_timing(c: Checks, s: str, report: Report, thr: float) -> No
             return False, "no dump or no block-start mark"
         delay = dumps[0].utc.timestamp() - start
         return 0 <= delay <= thr + FIRST_DUMP_SLACK_S, (
-            f"first dump {delay:.2f}s after the block started")
+            f"first dump {delay:.2f}s after the block started"
+        )
+
     c.check(s, "first dump written within threshold + 2.5 s of the block", wall)
 
 
@@ -362,29 +443,46 @@ def check_loop_cpu(c: Checks, s: str, report: Report, busy: bool) -> None:
         dumps = _block_dumps(report)
         pairs = [(d.loop_cpu, d.age) for d in dumps]
         if busy:
-            ok = bool(dumps) and all(cpu is not None and cpu >= 0.5 * age for cpu, age in pairs)
+            ok = bool(dumps) and all(
+                cpu is not None and cpu >= 0.5 * age for cpu, age in pairs
+            )
             want = "loop CPU >= half the stall age"
         else:
-            ok = bool(dumps) and all(cpu is not None and cpu < IDLE_LOOP_CPU_S for cpu, _ in pairs)
+            ok = bool(dumps) and all(
+                cpu is not None and cpu < IDLE_LOOP_CPU_S for cpu, _ in pairs
+            )
             want = f"loop CPU < {IDLE_LOOP_CPU_S}s"
         nice = report.mark("nice")
         return ok, f"{want}; (cpu, age) per dump={pairs}" + (
-            f"; priority {nice.value}" if nice else "")
+            f"; priority {nice.value}" if nice else ""
+        )
+
     c.check(s, "loop CPU since last tick: " + ("computing" if busy else "waiting"), fn)
 
 
 def check_no_faulthandler(c: Checks, s: str, report: Report) -> None:
-    c.check(s, "no faulthandler block (the Python watcher kept up)", lambda: (
-        not report.fault_blocks, f"{len(report.fault_blocks)} faulthandler blocks"))
+    c.check(
+        s,
+        "no faulthandler block (the Python watcher kept up)",
+        lambda: (
+            not report.fault_blocks,
+            f"{len(report.fault_blocks)} faulthandler blocks",
+        ),
+    )
 
 
-def check_recovery(c: Checks, s: str, report: Report, child: Child,
-                   block: float) -> None:
+def check_recovery(
+    c: Checks, s: str, report: Report, child: Child, block: float
+) -> None:
     def fn():
         recs = [r for r in report.recoveries if r.pid == _pid(child)]
         secs = [r.seconds for r in recs]
         ok = len(recs) == 1 and block - 1.5 <= recs[0].seconds <= block + 2.5
-        return ok, f"recovered after {secs} s, want one in {block - 1.5:g}..{block + 2.5:g}"
+        return (
+            ok,
+            f"recovered after {secs} s, want one in {block - 1.5:g}..{block + 2.5:g}",
+        )
+
     c.check(s, "one 'event loop recovered after N s' line", fn)
 
     def after():
@@ -394,17 +492,24 @@ def check_recovery(c: Checks, s: str, report: Report, child: Child,
         late = [n for n in report.dump_line_nos() if n > last]
         late += [f.line_no for f in report.fault_blocks if f.line_no > last]
         return not late, f"{len(late)} dump lines after the recovery line"
+
     c.check(s, "nothing dumped after recovery", after)
 
 
 def check_secret(c: Checks, s: str, child: Child, secret: str) -> None:
-    c.check(s, "secret from blocked locals/request never appears", lambda: (
-        secret not in child.stderr() and secret not in child.stdout(),
-        "absent" if secret not in child.stderr() + child.stdout() else "LEAKED"))
+    c.check(
+        s,
+        "secret from blocked locals/request never appears",
+        lambda: (
+            secret not in child.stderr() and secret not in child.stdout(),
+            "absent" if secret not in child.stderr() + child.stdout() else "LEAKED",
+        ),
+    )
 
 
-def check_format(c: Checks, s: str, child: Child, report: Report, thr: float,
-                 long_line: bool) -> None:
+def check_format(
+    c: Checks, s: str, child: Child, report: Report, thr: float, long_line: bool
+) -> None:
     def header():
         dumps = report.dumps
         problems = []
@@ -412,28 +517,43 @@ def check_format(c: Checks, s: str, child: Child, report: Report, thr: float,
             if d.pid != _pid(child) or d.threshold != thr or d.number != i:
                 problems.append(f"dump {d.number}: pid/threshold/number")
             if d.thread_count != len(d.threads):
-                problems.append(f"dump {d.number}: {d.thread_count} threads vs "
-                                f"{len(d.threads)} sections")
+                problems.append(
+                    f"dump {d.number}: {d.thread_count} threads vs "
+                    f"{len(d.threads)} sections"
+                )
             if d.end_line_no is None:
                 problems.append(f"dump {d.number}: no end line")
-        return bool(dumps) and not problems, "; ".join(problems) or f"{len(dumps)} dumps consistent"
+        return (
+            bool(dumps) and not problems,
+            "; ".join(problems) or f"{len(dumps)} dumps consistent",
+        )
+
     c.check(s, "headers: pid, threshold, numbering, thread count, trailer", header)
 
     def lines():
-        raw = Path(child.stderr_path).read_bytes().splitlines() if child.stderr_path else []
+        raw = (
+            Path(child.stderr_path).read_bytes().splitlines()
+            if child.stderr_path
+            else []
+        )
         ours = [l for l in raw if l.startswith(PREFIX.encode())]
         long = [len(l) for l in ours if len(l) + 1 > MAX_LINE_BYTES]
         truncated = sum(1 for l in ours if l.endswith(b"...[truncated]"))
         ok = bool(ours) and not long and (truncated > 0 or not long_line)
-        return ok, (f"{len(ours)} prefixed lines, {len(long)} over {MAX_LINE_BYTES} bytes, "
-                    f"{truncated} truncated (a {6000}-char source line is parked)")
+        return ok, (
+            f"{len(ours)} prefixed lines, {len(long)} over {MAX_LINE_BYTES} bytes, "
+            f"{truncated} truncated (a {6000}-char source line is parked)"
+        )
+
     c.check(s, "every dump line prefixed and length-capped", lines)
 
     def watcher():
         dumps = report.dumps
         ok = bool(dumps) and all(
-            any(t.name == repr(WATCH_THREAD) for t in d.threads) for d in dumps)
+            any(t.name == repr(WATCH_THREAD) for t in d.threads) for d in dumps
+        )
         return ok, f"thread '{WATCH_THREAD}' in every dump"
+
     c.check(s, "watcher thread is listed in the dump", watcher)
 
 
@@ -457,7 +577,9 @@ def eval_spin(c: Checks, child: Child, p: Params) -> None:
     s, report = child.name, parse(child.stderr())
     check_exit(c, s, child)
     check_armed(c, s, child, report, p.threshold)
-    check_dumps_name_blocker(c, s, report, "_spin_in_python", "while time.monotonic() < end")
+    check_dumps_name_blocker(
+        c, s, report, "_spin_in_python", "while time.monotonic() < end"
+    )
     check_loop_cpu(c, s, report, busy=True)
     check_no_faulthandler(c, s, report)
     check_recovery(c, s, report, child, p.block)
@@ -467,21 +589,38 @@ def check_gil_backstop(c: Checks, s: str, report: Report, p: Params) -> None:
     def fault():
         ident = _loop_ident(report)
         start = report.mark("block-start")
-        blocks = [f for f in report.fault_blocks
-                  if start is not None and f.line_no > start.line_no]
+        blocks = [
+            f
+            for f in report.fault_blocks
+            if start is not None and f.line_no > start.line_no
+        ]
         for block in blocks:
             for t in block.threads:
                 # faulthandler lists the innermost frame first.
-                if t.ident == ident and t.frames and t.frames[0].func == "_hold_gil_in_c":
-                    return True, f"'Timeout ({block.timeout})!' block shows loop thread 0x{ident:016x}"
-        return False, f"{len(blocks)} faulthandler blocks after block-start, none with the loop thread in _hold_gil_in_c"
+                if (
+                    t.ident == ident
+                    and t.frames
+                    and t.frames[0].func == "_hold_gil_in_c"
+                ):
+                    return (
+                        True,
+                        f"'Timeout ({block.timeout})!' block shows loop thread 0x{ident:016x}",
+                    )
+        return (
+            False,
+            f"{len(blocks)} faulthandler blocks after block-start, none with "
+            "the loop thread in _hold_gil_in_c",
+        )
+
     c.check(s, "faulthandler backstop shows the loop thread in the C call", fault)
 
     def late():
         early = [d.age for d in _block_dumps(report) if d.age < p.block - 1.5]
         return bool(report.mark("block-end")) and not early, (
             f"Python dumps during the block at ages {[d.age for d in _block_dumps(report)]}; "
-            f"none may come before {p.block - 1.5:g}s (the GIL was held)")
+            f"none may come before {p.block - 1.5:g}s (the GIL was held)"
+        )
+
     c.check(s, "no Python dump while the GIL was held", late)
 
 
@@ -502,13 +641,18 @@ def eval_fork(c: Checks, child: Child, p: Params) -> None:
     def forked():
         mark = report.mark("fork-child")
         info = json.loads(mark.value) if mark else {}
-        return info.get("exit") == 0 and info.get("seconds", 99) < 5, f"fork child: {info}"
+        return (
+            info.get("exit") == 0 and info.get("seconds", 99) < 5,
+            f"fork child: {info}",
+        )
+
     c.check(s, "os.fork child exits through interpreter shutdown (no hang)", forked)
 
     def pool():
         mark = report.mark("pool")
         info = json.loads(mark.value) if mark else {}
         return info.get("values") == [1, 4, 9], f"fork-context pool: {info}"
+
     c.check(s, "fork-context pool map returns", pool)
 
     def quiet_children():
@@ -518,63 +662,119 @@ def eval_fork(c: Checks, child: Child, p: Params) -> None:
         foreign.discard(_pid(child))
         noisy = [m for m in report.armed if int(m["pid"]) != _pid(child)]
         return child_pid is not None and not foreign and not noisy, (
-            f"fork child pid {child_pid}; stall lines from other pids: {sorted(foreign)}")
+            f"fork child pid {child_pid}; stall lines from other pids: {sorted(foreign)}"
+        )
+
     c.check(s, "forked children write no stall output", quiet_children)
     check_gil_backstop(c, s, report, p)
     check_recovery(c, s, report, child, p.block)
 
 
-def eval_quiet(c: Checks, child: Child, p: Params,
-               bad: Optional[Tuple[str, str]]) -> None:
+def eval_quiet(
+    c: Checks, child: Child, p: Params, bad: Optional[Tuple[str, str]]
+) -> None:
     s, report = child.name, parse(child.stderr())
     check_exit(c, s, child)
-    c.check(s, "install() returned None", lambda: (
-        report.mark("installed") is not None and report.mark("installed").value == "none",
-        f"installed={report.mark('installed').value if report.mark('installed') else None}"))
+    c.check(
+        s,
+        "install() returned None",
+        lambda: (
+            report.mark("installed") is not None
+            and report.mark("installed").value == "none",
+            f"installed={report.mark('installed').value if report.mark('installed') else None}",
+        ),
+    )
 
     def threads():
         mark = report.mark("threads")
         names = json.loads(mark.value) if mark else None
         return names is not None and WATCH_THREAD not in names, f"threads={names}"
+
     c.check(s, f"no '{WATCH_THREAD}' thread", threads)
-    c.check(s, "no dump and no faulthandler block", lambda: (
-        not report.prefixed and not report.fault_blocks and report.mark("done") is not None,
-        f"{len(report.prefixed)} prefixed lines, {len(report.fault_blocks)} faulthandler "
-        f"blocks, done={'yes' if report.mark('done') else 'no'}"))
-    c.check(s, "no 'armed' line", lambda: (not report.armed, f"{len(report.armed)} armed lines"))
+    c.check(
+        s,
+        "no dump and no faulthandler block",
+        lambda: (
+            not report.prefixed
+            and not report.fault_blocks
+            and report.mark("done") is not None,
+            f"{len(report.prefixed)} prefixed lines, {len(report.fault_blocks)} faulthandler "
+            f"blocks, done={'yes' if report.mark('done') else 'no'}",
+        ),
+    )
+    c.check(
+        s,
+        "no 'armed' line",
+        lambda: (not report.armed, f"{len(report.armed)} armed lines"),
+    )
     if bad is not None:
         env_name, bad_value = bad
 
         def warning():
             lines = report.not_armed
-            ok = (len(lines) == 1 and lines[0].startswith("WARNING")
-                  and f"{env_name}={bad_value!r}" in lines[0]
-                  and "Traceback" not in child.stderr())
+            ok = (
+                len(lines) == 1
+                and lines[0].startswith("WARNING")
+                and f"{env_name}={bad_value!r}" in lines[0]
+                and "Traceback" not in child.stderr()
+            )
             return ok, f"warnings={lines}"
-        c.check(s, "one 'event-loop stall dump not armed' warning naming the setting", warning)
+
+        c.check(
+            s,
+            "one 'event-loop stall dump not armed' warning naming the setting",
+            warning,
+        )
 
 
 def eval_uvicorn(c: Checks, child: Child, p: Params) -> None:
     s, report = child.name, parse(child.stderr())
-    c.check(s, "graceful SIGTERM shutdown through the lifespan", lambda: (
-        child.rc in (0, -signal.SIGTERM) and not child.timed_out
-        and report.mark("lifespan-shutdown") is not None,
-        f"rc={child.rc} timed_out={child.timed_out} lifespan-shutdown="
-        f"{'yes' if report.mark('lifespan-shutdown') else 'no'} error={child.extra.get('error')}"))
+    c.check(
+        s,
+        "graceful SIGTERM shutdown through the lifespan",
+        lambda: (
+            child.rc in (0, -signal.SIGTERM)
+            and not child.timed_out
+            and report.mark("lifespan-shutdown") is not None,
+            f"rc={child.rc} timed_out={child.timed_out} lifespan-shutdown="
+            f"{'yes' if report.mark('lifespan-shutdown') else 'no'} "
+            f"error={child.extra.get('error')}",
+        ),
+    )
     check_armed(c, s, child, report, p.threshold)
-    c.check(s, "POST that blocked the loop was answered", lambda: (
-        child.extra.get("post", {}).get("status") == 200, f"post={child.extra.get('post')}"))
+    c.check(
+        s,
+        "POST that blocked the loop was answered",
+        lambda: (
+            child.extra.get("post", {}).get("status") == 200,
+            f"post={child.extra.get('post')}",
+        ),
+    )
     check_dumps_name_blocker(c, s, report, "chat_completions", "time.sleep(")
 
     def frames():
         dumps = _block_dumps(report)
-        files = [f.file for d in dumps for f in (d.threads[0].frames if d.threads else [])]
-        uv = all(any("/uvicorn/" in f.file for f in d.threads[0].frames) for d in dumps if d.threads)
-        web = all(any("/starlette/" in f.file or "/fastapi/" in f.file
-                      for f in d.threads[0].frames) for d in dumps if d.threads)
+        files = [
+            f.file for d in dumps for f in (d.threads[0].frames if d.threads else [])
+        ]
+        uv = all(
+            any("/uvicorn/" in f.file for f in d.threads[0].frames)
+            for d in dumps
+            if d.threads
+        )
+        web = all(
+            any(
+                "/starlette/" in f.file or "/fastapi/" in f.file
+                for f in d.threads[0].frames
+            )
+            for d in dumps
+            if d.threads
+        )
         return bool(dumps) and uv and web, (
             f"uvicorn frames={sum('/uvicorn/' in f for f in files)}, starlette/fastapi "
-            f"frames={sum('/starlette/' in f or '/fastapi/' in f for f in files)}")
+            f"frames={sum('/starlette/' in f or '/fastapi/' in f for f in files)}"
+        )
+
     c.check(s, "loop stack passes through uvicorn and starlette/fastapi frames", frames)
     check_first_dump_timing(c, s, report, p.threshold)
     check_loop_cpu(c, s, report, busy=False)
@@ -582,25 +782,63 @@ def eval_uvicorn(c: Checks, child: Child, p: Params) -> None:
     check_recovery(c, s, report, child, p.block)
 
     probes: List[float] = child.extra.get("probes", [])  # type: ignore[assignment]
-    c.check(s, "worst /health probe shows the stall", lambda: (
-        bool(probes) and p.block - 2.5 <= max(probes) < float("inf"),
-        f"{len(probes)} probes, worst {max(probes) if probes else None:.2f}s" if probes
-        else "no probes"))
-    c.check(s, "last 5 /health probes recovered (< 0.5 s)", lambda: (
-        len(probes) >= 5 and all(x < 0.5 for x in probes[-5:]),
-        f"last probes {[round(x, 3) for x in probes[-5:]]}"))
+    c.check(
+        s,
+        "worst /health probe shows the stall",
+        lambda: (
+            bool(probes) and p.block - 2.5 <= max(probes) < float("inf"),
+            (
+                f"{len(probes)} probes, worst {max(probes) if probes else None:.2f}s"
+                if probes
+                else "no probes"
+            ),
+        ),
+    )
+    c.check(
+        s,
+        "last 5 /health probes recovered (< 0.5 s)",
+        lambda: (
+            len(probes) >= 5 and all(x < 0.5 for x in probes[-5:]),
+            f"last probes {[round(x, 3) for x in probes[-5:]]}",
+        ),
+    )
     check_secret(c, s, child, p.secret)
 
 
-def eval_package_import(c: Checks, child: Child, p: Params) -> None:
+def eval_real_lifespan(c: Checks, child: Child, p: Params) -> None:
     s, report = child.name, parse(child.stderr())
+    check_exit(c, s, child)
     mark = report.mark("package-import")
     info = json.loads(mark.value) if mark else {}
-    c.check(s, "import sglang.srt.utils.event_loop_stall_dump works", lambda: (
-        child.rc == 0 and info.get("has_install") is True,
-        f"rc={child.rc} info={info} stderr tail={child.stderr()[-300:]!r}"))
-    c.check(s, "the package import and the suite's children use the same file", lambda: (
-        bool(info) and info.get("located") == info.get("imported"), f"{info}"))
+    c.check(
+        s,
+        "http_server imports the module the other children load",
+        lambda: (
+            bool(info)
+            and info.get("imported") is not None
+            and info.get("located") == info.get("imported"),
+            f"{info}",
+        ),
+    )
+
+    def armed():
+        lines = [l for l in report.lines if "event-loop stall dump armed" in l]
+        lifespan = report.mark("lifespan")
+        ok = (
+            len(report.armed) == 1
+            and int(report.armed[0]["pid"]) == _pid(child)
+            and lines[0].startswith("INFO sglang.srt.utils.event_loop_stall_dump:")
+            and lifespan is not None
+            and lines
+            and report.lines.index(lines[0]) < lifespan.line_no
+        )
+        return ok, f"{lines}; {lifespan.value if lifespan else 'no lifespan mark'}"
+
+    c.check(s, "sglang's lifespan logs the armed line (real module, this pid)", armed)
+    check_dumps_name_blocker(
+        c, s, report, "_blocked_after_real_lifespan", "time.sleep(", min_dumps=1
+    )
+    check_recovery(c, s, report, child, 4.0)
 
 
 def eval_wiring(c: Checks) -> None:
@@ -616,16 +854,35 @@ def eval_wiring(c: Checks) -> None:
 
     def imports():
         tree = state.get("tree")
-        names = [(n.module, a.name, a.asname) for n in ast.walk(tree)  # type: ignore[arg-type]
-                 if isinstance(n, ast.ImportFrom) for a in n.names] if tree else []
-        hit = [x for x in names if x[0] == "sglang.srt.utils.event_loop_stall_dump"
-               and x[1] == "install"]
-        return bool(hit), f"imports from event_loop_stall_dump: {hit} {state.get('error', '')}"
+        names = (
+            [
+                (n.module, a.name, a.asname)
+                for n in ast.walk(tree)  # type: ignore[arg-type]
+                if isinstance(n, ast.ImportFrom)
+                for a in n.names
+            ]
+            if tree
+            else []
+        )
+        hit = [
+            x
+            for x in names
+            if x[0] == "sglang.srt.utils.event_loop_stall_dump" and x[1] == "install"
+        ]
+        return (
+            bool(hit),
+            f"imports from event_loop_stall_dump: {hit} {state.get('error', '')}",
+        )
+
     c.check(s, "http_server imports install from event_loop_stall_dump", imports)
 
     def call():
         found = _lifespan_install_call(state.get("tree"))
-        return found is not None, f"install call in lifespan at line {found and found[0]}"
+        return (
+            found is not None,
+            f"install call in lifespan at line {found and found[0]}",
+        )
+
     c.check(s, "lifespan calls install(asyncio.get_running_loop())", call)
 
     def order():
@@ -633,8 +890,15 @@ def eval_wiring(c: Checks) -> None:
         if found is None:
             return False, "no install call in lifespan"
         line, warmup, yield_line = found
-        return warmup is not None and yield_line is not None and line < warmup < yield_line, (
-            f"install line {line}, warmup thread line {warmup}, yield line {yield_line}")
+        return (
+            warmup is not None
+            and yield_line is not None
+            and line < warmup < yield_line,
+            (
+                f"install line {line}, warmup thread line {warmup}, yield line {yield_line}"
+            ),
+        )
+
     c.check(s, "install comes before the warmup thread and the yield", order)
 
 
@@ -646,10 +910,18 @@ def _lifespan_install_call(tree) -> Optional[Tuple[int, Optional[int], Optional[
             install_line = warmup_line = yield_line = None
             for sub in ast.walk(node):
                 if isinstance(sub, ast.Call):
-                    name = sub.func.id if isinstance(sub.func, ast.Name) else (
-                        sub.func.attr if isinstance(sub.func, ast.Attribute) else "")
-                    if name in ("install_stall_dump", "install") and sub.args and \
-                            ast.unparse(sub.args[0]) == "asyncio.get_running_loop()":
+                    name = (
+                        sub.func.id
+                        if isinstance(sub.func, ast.Name)
+                        else (
+                            sub.func.attr if isinstance(sub.func, ast.Attribute) else ""
+                        )
+                    )
+                    if (
+                        name in ("install_stall_dump", "install")
+                        and sub.args
+                        and ast.unparse(sub.args[0]) == "asyncio.get_running_loop()"
+                    ):
                         install_line = install_line or sub.lineno
                     if name == "Thread" and "_wait_and_warmup" in ast.unparse(sub):
                         warmup_line = sub.lineno
@@ -670,7 +942,7 @@ EVALUATORS: Dict[str, Callable[[Checks, Child, Params], None]] = {
     "bad-env": lambda c, ch, p: eval_quiet(c, ch, p, (STALL_ENV, "abc")),
     "bad-repeat": lambda c, ch, p: eval_quiet(c, ch, p, (REPEAT_ENV, "-1")),
     "uvicorn": eval_uvicorn,
-    "package-import": eval_package_import,
+    "real-lifespan": eval_real_lifespan,
 }
 
 
@@ -680,14 +952,23 @@ EVALUATORS: Dict[str, Callable[[Checks, Child, Params], None]] = {
 def run(params: Params, only: List[str]) -> Checks:
     checks = Checks()
     started: List[Child] = []
+    background, waves = build_waves(params)
+    background = [ch for ch in background if not only or ch.name in only]
     try:
-        for wave in build_waves(params):
+        for ch in background:
+            ch.start(params.workdir)
+            started.append(ch)
+        for wave in waves + [background]:
             wave = [ch for ch in wave if not only or ch.name in only]
             for ch in wave:
-                ch.start(params.workdir)
-                started.append(ch)
-            drivers = [threading.Thread(target=drive_uvicorn, args=(ch, params), daemon=True)
-                       for ch in wave if ch.name == "uvicorn"]
+                if ch.proc is None:
+                    ch.start(params.workdir)
+                    started.append(ch)
+            drivers = [
+                threading.Thread(target=drive_uvicorn, args=(ch, params), daemon=True)
+                for ch in wave
+                if ch.name == "uvicorn"
+            ]
             for d in drivers:
                 d.start()
             for d in drivers:
@@ -708,28 +989,55 @@ def run(params: Params, only: List[str]) -> Checks:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", action="append", default=[],
-                        help="run only this scenario (repeatable): "
-                             + ", ".join(list(EVALUATORS) + ["http_server-wiring"]))
-    parser.add_argument("--block", type=float, default=7.0,
-                        help="seconds each blocker holds the loop (default 7)")
-    parser.add_argument("--after", type=float, default=3.0,
-                        help="seconds the loop runs after the block (default 3)")
-    parser.add_argument("--threshold", type=float, default=2.0,
-                        help="stall threshold and repeat interval given to the children (default 2)")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep the temp dir with every child's stdout/stderr")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="run only this scenario (repeatable): "
+        + ", ".join(list(EVALUATORS) + ["http_server-wiring"]),
+    )
+    parser.add_argument(
+        "--block",
+        type=float,
+        default=7.0,
+        help="seconds each blocker holds the loop (default 7)",
+    )
+    parser.add_argument(
+        "--after",
+        type=float,
+        default=3.0,
+        help="seconds the loop runs after the block (default 3)",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=2.0,
+        help="stall threshold and repeat interval given to the children (default 2)",
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the temp dir with every child's stdout/stderr",
+    )
     args = parser.parse_args()
     unknown = set(args.only) - set(EVALUATORS) - {"http_server-wiring"}
     if unknown:
-        parser.error(f"unknown scenario(s) {sorted(unknown)}; choose from {list(EVALUATORS)}")
+        parser.error(
+            f"unknown scenario(s) {sorted(unknown)}; choose from {list(EVALUATORS)}"
+        )
     # SIGTERM (e.g. from a test runner's timeout) still kills every child.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     workdir = Path(tempfile.mkdtemp(prefix="stall-dump-suite-"))
-    params = Params(args.block, args.after, args.threshold,
-                    "stall-secret-" + secrets.token_hex(12), workdir)
+    params = Params(
+        args.block,
+        args.after,
+        args.threshold,
+        "stall-secret-" + secrets.token_hex(12),
+        workdir,
+    )
     t0 = time.monotonic()
     try:
         checks = run(params, args.only)
