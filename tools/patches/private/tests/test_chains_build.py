@@ -23,7 +23,7 @@ def chains() -> dict[str, Path]:
 
 def test_each_chain_holds_exactly_its_provenance_outputs():
     found = chains()
-    assert {"v1", "v2"} <= set(found)
+    assert {"v1", "v2", "v3"} <= set(found)
     for name, d in found.items():
         prov = json.loads((d / "PROVENANCE.json").read_text())
         patched = d / "patched"
