@@ -31,7 +31,7 @@ from validators.glm53_contract import W4AFP8_LONG_CONTEXT, FileContract, Replica
 from validators.releases import (ReleaseError, Releases, image_digest, load_release_dir,
                                  load_releases)
 from validators.telemetry import collector_config
-from validators.topology import engines, is_engine
+from validators.topology import engines
 
 VALIDATOR = "glm53-prod-contract"
 QSPLIT = "SGLANG_DSA_INDEXER_QSPLIT"
@@ -198,6 +198,8 @@ def forbidden_findings(compose: ComposeFile, contract: FileContract) -> list[Fin
         if not isinstance(block, Mapping):
             continue
         env = env_map(block.get("environment"))
+        if where.startswith("x-"):
+            env.update(env_map(block))  # an anchor may be an environment mapping itself
         for key in contract.forbidden_env:
             if key in env:
                 findings.append(compose.finding(join_path(where, "environment", key), (
@@ -231,7 +233,9 @@ def normalized_view(compose: ComposeFile) -> dict[str, Any]:
     doc = copy.deepcopy(compose.doc)
     names = engines(compose)
     doc["services"] = {k: v for k, v in doc.get("services", {}).items() if k not in names}
-    for key in [k for k in doc if str(k).startswith("x-") and is_engine(doc[k])]:
+    # `x-*` blocks are YAML plumbing Compose ignores; the loader already merged them into the
+    # services that use them, so they carry no meaning of their own.
+    for key in [k for k in doc if str(k).startswith("x-")]:
         del doc[key]
     renames = {n: f"ENGINE-r{i}" for i, n in enumerate(sorted(names, key=_replica_order), start=1)}
     collector = collector_config(compose)
@@ -310,7 +314,7 @@ def derivation_findings(compose: ComposeFile, source: ComposeFile,
         return []
     return [compose.finding(path, (
         f"differs from {source.label} outside the engines (first difference; normalized: "
-        "engines, engine anchors and engine scrape jobs removed, engine names as ENGINE-r<i>); "
+        "engines, x-* anchors and engine scrape jobs removed, engine names as ENGINE-r<i>); "
         "change the source file or the generator, not this file"))]
 
 
