@@ -1,14 +1,21 @@
 """Reads an OCI image layout directory: the one image it holds, its config and layer blobs.
 
 Only what the in-image runner and the release tools need; the layout is produced by
-tools/oci (or by skopeo) and is trusted to be well formed, but every blob read is checked
-against its digest so a damaged cache or a half-written layout fails loudly.
+tools/oci (or by skopeo) and is trusted to be well formed, but every manifest and config blob
+read is checked against its digest so a damaged cache or a half-written layout fails loudly.
+
+tools/oci's image layouts hold only the manifest, the config and the embedded (patch) layer;
+the base layers stay the outputs of the layer targets ("fulfilled by an external blob store"
+in the image-layout spec). Those are passed as `DESCRIPTOR=BLOB` pairs (tools/oci's
+layer_args format), and link_view() makes a complete layout of symlinks for podman, skopeo
+and syft without copying gigabytes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,6 +94,37 @@ def _read_blob(layout: Path, digest: str) -> bytes:
     return data
 
 
+def parse_blob_args(items: list[str]) -> dict[str, Path]:
+    """`DESCRIPTOR=BLOB` pairs -> {layer digest: blob path}; sizes are checked, not hashes."""
+    blobs: dict[str, Path] = {}
+    for item in items:
+        descriptor, sep, blob = item.partition("=")
+        if not sep:
+            raise LayoutError(f"--blob {item!r}: expected DESCRIPTOR_JSON=BLOB_FILE")
+        desc = json.loads(Path(descriptor).read_text())
+        path = Path(blob)
+        if path.stat().st_size != int(desc["size"]):
+            raise LayoutError(f"{blob}: {path.stat().st_size} bytes, but {descriptor} says {desc['size']}")
+        blobs[desc["digest"]] = path
+    return blobs
+
+
+def link_view(image: "Image", dest: Path) -> Path:
+    """A complete OCI layout at `dest` whose blobs are symlinks to the real files."""
+    blob_dir = dest / "blobs" / "sha256"
+    blob_dir.mkdir(parents=True)
+    for name in ("oci-layout", "index.json"):
+        (dest / name).write_bytes((image.layout / name).read_bytes())
+    sources = {image.manifest_digest: _blob_path(image.layout, image.manifest_digest),
+               image.config_digest: _blob_path(image.layout, image.config_digest)}
+    sources.update({layer.digest: layer.path for layer in image.layers})
+    for digest, source in sources.items():
+        link = blob_dir / digest.split(":", 1)[1]
+        if not link.exists():
+            os.symlink(os.path.realpath(source), link)
+    return dest
+
+
 def find_layout(candidates: list[Path]) -> Path:
     """Returns the one candidate that is an OCI layout (a directory holding index.json).
 
@@ -102,9 +140,13 @@ def find_layout(candidates: list[Path]) -> Path:
     return layouts[0]
 
 
-def read_image(layout: Path) -> Image:
-    """Reads the single image of `layout` (its index.json must list exactly one manifest)."""
+def read_image(layout: Path, blobs: dict[str, Path] | None = None) -> Image:
+    """Reads the single image of `layout` (its index.json must list exactly one manifest).
+
+    `blobs` supplies layer blobs kept outside the layout (see parse_blob_args).
+    """
     layout = Path(layout)
+    blobs = blobs or {}
     index_path = layout / "index.json"
     try:
         index = json.loads(index_path.read_text())
@@ -120,15 +162,15 @@ def read_image(layout: Path) -> Image:
     manifest = json.loads(manifest_bytes)
     config_digest = manifest["config"]["digest"]
     config = json.loads(_read_blob(layout, config_digest))
-    layers = [
-        Layer(
-            digest=item["digest"],
-            media_type=item["mediaType"],
-            size=int(item["size"]),
-            path=_blob_path(layout, item["digest"]),
-        )
-        for item in manifest.get("layers", [])
-    ]
+    layers = []
+    for item in manifest.get("layers", []):
+        path = blobs.get(item["digest"]) or _blob_path(layout, item["digest"])
+        if not path.exists():
+            raise LayoutError(
+                f"{layout}: layer {item['digest']} is neither in the layout nor given with --blob"
+                " (pass the image's layer blobs, or use the self-contained <image>.layout target)"
+            )
+        layers.append(Layer(item["digest"], item["mediaType"], int(item["size"]), path))
     return Image(
         layout=layout,
         manifest_digest=desc["digest"],

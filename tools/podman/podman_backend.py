@@ -16,6 +16,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from tools.podman.oci_layout import link_view
 from tools.podman.spec import NOFILE, NPROC, RunSpec
 
 _CONTAINERS_CONF = """\
@@ -118,11 +119,25 @@ def unavailable_reason(config: PodmanConfig) -> str | None:
 
 
 def pull(config: PodmanConfig, spec: RunSpec) -> str:
-    """Loads the layout into the project's storage; returns the image id (config digest hex)."""
-    layout = os.path.realpath(spec.image.layout)
-    done = _podman(config, "pull", "-q", "--signature-policy", str(config.policy), f"oci:{layout}")
+    """Loads the image into the project's storage; returns the image id (config digest hex).
+
+    Pulls from a symlink view of the layout, so layer blobs kept outside it are found and
+    nothing is copied but what podman stores (layers it already has are skipped).
+    """
+    # podman names an image pulled from oci:<dir> after the directory's path, which must
+    # then be a valid reference ([a-z0-9] components, no leading dots): no ~/.cache, no
+    # Bazel temp dirs. So the view lives at /tmp/glm53-engine-<uid>/<digest>-<pid>.
+    views = Path("/tmp") / f"glm53-engine-{os.getuid()}"
+    views.mkdir(mode=0o700, exist_ok=True)
+    view = views / f"{spec.image.manifest_digest.split(':', 1)[1][:16]}-{os.getpid()}"
+    shutil.rmtree(view, ignore_errors=True)
+    try:
+        layout = link_view(spec.image, view)
+        done = _podman(config, "pull", "-q", "--signature-policy", str(config.policy), f"oci:{layout}")
+    finally:
+        shutil.rmtree(view, ignore_errors=True)
     if done.returncode != 0:
-        raise PodmanError(f"podman pull oci:{layout} failed:\n{done.stderr}")
+        raise PodmanError(f"podman pull of {spec.image.layout} failed:\n{done.stderr}")
     image_id = done.stdout.strip().splitlines()[-1]
     expected = spec.image.config_digest.split(":", 1)[1]
     if image_id != expected:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path, PurePosixPath
 
 from tools.podman import bwrap_backend, podman_backend, suite
-from tools.podman.oci_layout import LayoutError, find_layout, read_image
+from tools.podman.oci_layout import LayoutError, find_layout, parse_blob_args, read_image
 from tools.podman.rootfs import UnpackError
 from tools.podman.spec import GIB, Mount, RunSpec, default_cache_root
 
@@ -102,8 +102,12 @@ def _scratch_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="run_in_image.", dir=os.environ.get("TEST_TMPDIR")))
 
 
+def _image(args: argparse.Namespace):
+    return read_image(find_layout([Path(p) for p in args.layout]), parse_blob_args(args.blob))
+
+
 def cmd_info(args: argparse.Namespace) -> int:
-    image = read_image(find_layout([Path(p) for p in args.layout]))
+    image = _image(args)
     backend = _choose_backend(args.backend, args.cache)
     print(f"layout:   {image.layout}")
     print(f"manifest: {image.manifest_digest}")
@@ -118,7 +122,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         raise UsageError("run: give the command after --")
-    image = read_image(find_layout([Path(p) for p in args.layout]))
+    image = _image(args)
     spec = RunSpec(
         image=image,
         command=command,
@@ -132,7 +136,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_suite(args: argparse.Namespace) -> int:
     if bool(args.tests) == bool(args.host_tests):
         raise UsageError("suite: give either --tests (paths in the image) or --host-tests (files to mount)")
-    image = read_image(find_layout([Path(p) for p in args.layout]))
+    image = _image(args)
     scratch = _scratch_dir()
     run_dir, out_dir = scratch / "run", scratch / "out"
     run_dir.mkdir()
@@ -174,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="OCI layout directory (repeatable: the one holding index.json is used, so Bazel's"
         " $(rootpaths) of an image target can be passed as is)",
     )
+    common.add_argument("--blob", action="append", default=[], metavar="DESCRIPTOR=BLOB",
+                        help="a layer blob kept outside the layout (tools/oci layer_args format; repeatable)")
     common.add_argument("--backend", choices=("auto", "podman", "bwrap"), default="auto",
                         help="container runtime (default: podman if usable, else bubblewrap)")
     common.add_argument("--cache", type=Path, default=default_cache_root(),

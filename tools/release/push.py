@@ -25,7 +25,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.podman.oci_layout import LayoutError, find_layout, read_image  # noqa: E402
+from tools.podman.oci_layout import LayoutError, find_layout, link_view, parse_blob_args, read_image  # noqa: E402
 from tools.release import record as record_lib  # noqa: E402
 from tools.release.registry import RefError, RegistryError, Skopeo, check_tag, parse_repository  # noqa: E402
 
@@ -49,7 +49,7 @@ def push(args: argparse.Namespace) -> int:
     facts = record_lib.Facts.load(args.facts)
     built = record_lib.read_built_digest(args.digest_file)
     record_lib.check_facts_match_build(facts, built, args.digest_file)
-    image = read_image(find_layout([Path(p) for p in args.layout]))
+    image = read_image(find_layout([Path(p) for p in args.layout]), parse_blob_args(args.blob))
     if image.manifest_digest != built:
         raise PushError(
             f"layout {image.layout} holds {image.manifest_digest}, but {args.digest_file} says {built};"
@@ -78,7 +78,9 @@ def push(args: argparse.Namespace) -> int:
             " (pick a new tag, or pass --allow-tag-move)"
         )
     with tempfile.TemporaryDirectory(prefix="push.") as tmp:
-        pushed = skopeo.push(image.layout, repository, tag, Path(tmp) / "digest")
+        # A symlink view: tools/oci layouts keep the base layer blobs outside the layout.
+        view = link_view(image, Path(tmp) / "layout")
+        pushed = skopeo.push(view, repository, tag, Path(tmp) / "digest")
     served = skopeo.manifest_digest(repository, tag)
     print(f"push: skopeo reported {pushed}; {repository}:{tag} serves {served}; built {built}")
     if pushed != built or served != built:
@@ -106,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tag", required=True, help="tag to push (must match the tag grammar)")
     parser.add_argument("--layout", action="append", required=True,
                         help="OCI layout (repeatable; the one holding index.json is used)")
+    parser.add_argument("--blob", action="append", default=[], metavar="DESCRIPTOR=BLOB",
+                        help="a layer blob kept outside the layout (tools/oci layer_args format)")
     parser.add_argument("--digest-file", type=Path, required=True, help="the built <recipe>.digest")
     parser.add_argument("--facts", type=Path, required=True, help="<recipe>.release_facts.json")
     parser.add_argument("--records-dir", type=Path, help="default: <workspace>/recipes/releases")

@@ -71,6 +71,7 @@ class Facts:
     patch_layer_digest: str
     fingerprint: str
     patches: tuple[Patch, ...] = field(default=())
+    base_lock_current: bool = True  # the base's Debian layers came from the current lock
 
     @staticmethod
     def load(path: Path) -> "Facts":
@@ -84,6 +85,7 @@ class Facts:
                 patch_layer_digest=check_digest(obj["patch_layer_digest"], f"{path}: patch_layer_digest"),
                 fingerprint=check_digest(obj["fingerprint"], f"{path}: fingerprint"),
                 patches=tuple(Patch(p["name"], p["version"], p["activation"]) for p in obj["patches"]),
+                base_lock_current=bool(obj.get("base_lock_current", True)),
             )
         except KeyError as err:
             raise RecordError(f"{path}: missing key {err}; rebuild the recipe's release facts") from None
@@ -343,7 +345,10 @@ def cmd_check(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    problems = check_record(record, facts, _read_json(args.declaration), str(args.record), args.base_strict)
+    # A changed base is an error while the Debian lock is current (the base must rebuild
+    # byte-identical then); after archive drift it is a warning unless --base-strict.
+    strict = args.base_strict or facts.base_lock_current
+    problems = check_record(record, facts, _read_json(args.declaration), str(args.record), strict)
     for problem in problems:
         print(f"record check: {problem}", file=sys.stderr)
     if not problems:

@@ -35,7 +35,8 @@ class Built:
     digest: str
 
 
-def build(tmp: Path, name: str = "glm53_v3", content: str = "patched", base_text: str = "base") -> Built:
+def build(tmp: Path, name: str = "glm53_v3", content: str = "patched", base_text: str = "base",
+          lock_current: bool = True) -> Built:
     """A two-layer image (base + patch layer) as a recipe build would leave it."""
     out = tmp / name
     base = layer_of(write_tree(out / "base", {"usr/lib/base.txt": base_text}))
@@ -55,6 +56,7 @@ def build(tmp: Path, name: str = "glm53_v3", content: str = "patched", base_text
         "patch_layer_digest": manifest["layers"][-1]["digest"],
         "fingerprint": fingerprint(DECLARATION, base_digest),
         "patches": PATCHES,
+        "base_lock_current": lock_current,
     }
     facts_file = out / f"{name}.release_facts.json"
     facts_file.write_text(json.dumps(facts))

@@ -112,11 +112,18 @@ def test_check_fails_when_the_series_changes(tmp_path: Path, capsys) -> None:
 
 def test_check_base_drift_warns_unless_strict(tmp_path: Path, capsys) -> None:
     _release(build(tmp_path / "1"), tmp_path / "rel")
-    drifted = build(tmp_path / "2", base_text="newer debian")
+    drifted = build(tmp_path / "2", base_text="newer debian", lock_current=False)
     record = tmp_path / "rel/glm53_v3.json"
     assert _check(drifted, record) == 0
     assert "warning" in capsys.readouterr().err
     assert _check(drifted, record, "--base-strict") == 1
+
+
+def test_check_changed_base_with_a_current_lock_is_an_error(tmp_path: Path, capsys) -> None:
+    _release(build(tmp_path / "1"), tmp_path / "rel")
+    rebased = build(tmp_path / "2", base_text="relocked debian", lock_current=True)
+    assert _check(rebased, tmp_path / "rel/glm53_v3.json") == 1
+    assert "base " in capsys.readouterr().err
 
 
 def test_check_names_the_command_when_the_record_is_missing(tmp_path: Path, capsys) -> None:
