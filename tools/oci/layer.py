@@ -100,7 +100,7 @@ def build(spec: LayerSpec, out_tar: Path, out_descriptor: Path, out_contents: Pa
         root = Path(tmp)
         modes = stage(spec, root)
         if spec.compile:
-            pycompile.compile_tree(root, [ocitar.normalise_path(p) for p in spec.compile], workers=workers)
+            pycompile.compile_tree(root, [p.strip("/") for p in spec.compile], workers=workers)
         entries = list(ocitar.walk_tree(root, modes=modes, file_mode=ocitar.FILE_MODE))
         digest = ocitar.write_layer(entries, out_tar)
         if out_contents is not None:

@@ -44,7 +44,7 @@ def _oci_layer_impl(ctx):
         "trees": trees,
         "dirs": [{"dst": d, "mode": None} for d in ctx.attr.empty_dirs],
         "symlinks": [{"dst": k, "target": v} for k, v in ctx.attr.symlinks.items()],
-        "compile": [package_dir or "."] if ctx.attr.compile_python else [],
+        "compile": [package_dir] if ctx.attr.compile_python else [],
     }))
     ctx.actions.run(
         executable = ctx.executable._layer,
