@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Any
 
 from . import VERSION
@@ -10,6 +12,14 @@ from .declaration import patch_json
 from .layout import package_path
 
 APPLIER = "patchchain (tools/patches)"
+
+
+def applier_sources_sha256() -> str:
+    """sha256 over the applier's own modules (name, NUL, bytes; sorted): which code applied it."""
+    h = hashlib.sha256()
+    for module in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(module.name.encode() + b"\0" + module.read_bytes())
+    return h.hexdigest()
 
 
 def provenance_json(result: ChainResult) -> dict[str, Any]:
@@ -36,7 +46,7 @@ def provenance_json(result: ChainResult) -> dict[str, Any]:
         "schema": 1,
         "series": chain.name,
         "chain": [d.name for d in chain.series],
-        "applier": {"name": APPLIER, "version": VERSION},
+        "applier": {"name": APPLIER, "version": VERSION, "sources_sha256": applier_sources_sha256()},
         "base": {"wheel": chain.base.wheel, "sha256": chain.base.sha256},
         "patches": patches,
         "files": dict(sorted(files.items())),
@@ -50,7 +60,7 @@ def provenance_text(doc: dict[str, Any]) -> str:
     lines = [
         f"series: {doc['series']} (chain: {' -> '.join(doc['chain'])})",
         f"base: {doc['base']['wheel']} sha256:{doc['base']['sha256']}",
-        f"applier: {doc['applier']['name']} {doc['applier']['version']}",
+        f"applier: {doc['applier']['name']} {doc['applier']['version']} (sources sha256:{doc['applier']['sources_sha256']})",
         f"patches: {len(doc['patches'])}, applied in this order, each to the tree the previous ones left",
         "",
     ]

@@ -255,3 +255,17 @@ def test_undeclared_patch_file_in_the_series_directory(synth, capsys):
     )
     assert f"{stray} sits in a series directory but no series.json declares it" in err
     assert REHASH_V1 in err
+
+
+def test_build_extends_disagrees_with_the_declaration(synth, capsys):
+    one_patch(synth)
+    synth.add_series("v2", [("b.diff", patch_text(udiff(P + "other.py", "X = 1\n", "X = 2\n")))])  # no extends
+    synth.rehash("v2")
+    # BUILD.bazel says v2 extends v1 (so the rule passes v1's declaration), series.json does not.
+    err = synth.apply_fails(
+        "v2", capsys,
+        "--expect-declaration", str(synth.patches / "v1/series.json"),
+        "--expect-declaration", str(synth.patches / "v2/series.json"),
+    )
+    assert "v1/series.json was given to the action but is not in the chain v2" in err
+    assert "make the patch_series `extends` attribute in BUILD.bazel match `extends` in series.json" in err
