@@ -37,6 +37,7 @@ def command(spec: RunSpec, root: Path) -> list[str]:
         "--ro-bind", str(root), "/",
         "--proc", "/proc",
         "--dev", "/dev",
+        "--size", str(spec.shm_bytes), "--tmpfs", "/dev/shm",
         "--tmpfs", "/tmp",
         "--unshare-all",
         "--die-with-parent",

@@ -156,6 +156,7 @@ def run(config: PodmanConfig, spec: RunSpec) -> int:
         "run", "--rm", "--pull=never",
         "--network=none",
         f"--memory={spec.memory_bytes}",
+        f"--shm-size={spec.shm_bytes}",
         "--ulimit", f"nofile={NOFILE}:{NOFILE}",
         "--ulimit", f"nproc={NPROC}:{NPROC}",
         "--security-opt", "label=disable",

@@ -129,6 +129,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         env=_parse_env(args.env),
         mounts=_parse_mounts(args.mount),
         memory_bytes=int(args.memory_gib * GIB),
+        shm_bytes=int(args.shm_gib * GIB),
     )
     return _execute(spec, _choose_backend(args.backend, args.cache), args.cache)
 
@@ -156,6 +157,7 @@ def cmd_suite(args: argparse.Namespace) -> int:
         env={"PYTHONDONTWRITEBYTECODE": "1", **_parse_env(args.env)},
         mounts=mounts,
         memory_bytes=int(args.memory_gib * GIB),
+        shm_bytes=int(args.shm_gib * GIB),
     )
     code = _execute(spec, _choose_backend(args.backend, args.cache), args.cache)
     xml_out = os.environ.get("XML_OUTPUT_FILE")
@@ -185,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--cache", type=Path, default=default_cache_root(),
                         help="podman storage/config and unpacked rootfs cache (default: %(default)s)")
     common.add_argument("--memory-gib", type=float, default=16, help="memory cap (default: 16)")
+    common.add_argument("--shm-gib", type=float, default=4, help="size of /dev/shm (default: 4)")
     common.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="extra environment variable in the container (repeatable)")
     sub = parser.add_subparsers(dest="subcommand", required=True)

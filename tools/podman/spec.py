@@ -30,6 +30,9 @@ class RunSpec:
     env: dict[str, str] = field(default_factory=dict)  # added to / overriding the image's Env
     mounts: list[Mount] = field(default_factory=list)
     memory_bytes: int = 16 * GIB
+    # /dev/shm: Docker/podman default to 64 MiB, too small for SGLang's multimodal segments
+    # (a real-/dev/shm test of the v3 suite needs ~2.5 GiB). tmpfs, so it costs only what is used.
+    shm_bytes: int = 4 * GIB
     workdir: str | None = None  # default: the image's WorkingDir
 
 

@@ -89,6 +89,34 @@ def test_run_passes_the_exit_code_and_caps_memory(images) -> None:
     assert run_in_image.main(["run", *layout, "--memory-gib", "3", "--", "python3", "-c", probe]) == 0
 
 
+def test_shm_size(images) -> None:
+    layout = ["--backend", BACKEND, "--layout", str(images["stock"]), "--shm-gib", "1"]
+    probe = "import os, sys; st = os.statvfs('/dev/shm'); sys.exit(0 if st.f_blocks * st.f_frsize == 1 << 30 else 1)"
+    assert run_in_image.main(["run", *layout, "--", "python3", "-c", probe]) == 0
+
+
+def test_thin_layout_with_external_blobs(images, tmp_path: Path) -> None:
+    """tools/oci layouts keep base layer blobs outside: they come in as DESCRIPTOR=BLOB."""
+    import json
+    import shutil
+
+    thin = tmp_path / "thin"
+    shutil.copytree(images["patched"], thin)
+    manifest_digest = json.loads((thin / "index.json").read_text())["manifests"][0]["digest"]
+    manifest = json.loads((thin / "blobs/sha256" / manifest_digest.split(":")[1]).read_text())
+    blob_args = []
+    for i, layer in enumerate(manifest["layers"][:-1]):  # keep only the top layer embedded
+        blob = thin / "blobs/sha256" / layer["digest"].split(":")[1]
+        moved = tmp_path / f"layer{i}.tar"
+        blob.rename(moved)
+        descriptor = tmp_path / f"layer{i}.json"
+        descriptor.write_text(json.dumps(layer))
+        blob_args += ["--blob", f"{descriptor}={moved}"]
+    base = ["suite", "--backend", BACKEND, "--layout", str(thin), "--tests", "/usr/share/glm53-engine/glm53_test/tests"]
+    assert run_in_image.main(base) == 1  # blobs missing: a clear error, not a half image
+    assert run_in_image.main(base + blob_args) == 0
+
+
 def test_missing_layout_is_a_clear_error(tmp_path: Path, capsys) -> None:
     assert run_in_image.main(["info", "--layout", str(tmp_path)]) == 1
     assert "exactly one OCI layout directory" in capsys.readouterr().err
