@@ -1,0 +1,30 @@
+"""The committed compose files are exactly what the tables and release records generate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from generators.compose_gen.generate import (UPDATE_COMMAND, default_deployment_tables, drift,
+                                             generate_all)
+from generators.compose_gen.releases import load_releases
+
+
+@pytest.fixture
+def outputs(request):
+    bindings = request.config.getoption("--release")
+    assert bindings, "compose/BUILD.bazel passes no --release bindings"
+    return generate_all(default_deployment_tables(), load_releases(bindings))
+
+
+def test_committed_files_match_the_tables(request, outputs):
+    problems = drift(Path(request.config.getoption("--compose-dir")), outputs)
+    if problems:
+        pytest.fail("".join(problems) + f"\ncompose files are out of date: run `{UPDATE_COMMAND}` "
+                    "and commit compose/", pytrace=False)
+
+
+def test_every_table_has_a_committed_file(request, outputs):
+    committed = {p.name for p in Path(request.config.getoption("--compose-dir")).glob("*.yaml")}
+    assert set(outputs) == committed
