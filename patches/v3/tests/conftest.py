@@ -36,6 +36,13 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    # Shows which sglang tree (stock, patched, image) the run imported.
+    import sglang
+
+    return f"sglang under test: {sglang.__path__[0]}"
+
+
 @dataclass
 class Hold:
     """A blocking call stand-in: it records where it ran, then blocks until released or until

@@ -14,6 +14,7 @@ import asyncio
 import contextvars
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any, List, Tuple
 
 import httpx
@@ -131,7 +132,7 @@ def test_health_answers_through_asgi_while_chat_conversion_is_blocked(
     tm = make_tokenizer_manager(HeldTokenizer(tiny_tokenizer, hold))
     tm.gracefully_exit = False
     tm.server_status = ServerStatus.Up
-    monkeypatch.setattr(http_server, "_global_state", type("S", (), {"tokenizer_manager": tm}))
+    monkeypatch.setattr(http_server, "_global_state", SimpleNamespace(tokenizer_manager=tm))
     monkeypatch.setattr(
         http_server.app.state,
         "openai_serving_chat",

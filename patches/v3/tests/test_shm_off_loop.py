@@ -17,6 +17,7 @@ import asyncio
 import inspect
 import logging
 import os
+import pickle
 import shutil
 import threading
 import time
@@ -332,11 +333,10 @@ def test_real_shm_features_arrive_byte_identical(real_shm, real_feature, make_to
     pointers = [item.feature for item in tm.dispatched[0].mm_inputs.mm_items]
     assert all(isinstance(p, mm_utils.ShmPointerMMData) for p in pointers), pointers
     assert {p.shm_name for p in pointers} <= own_segments() - before
-    # What the scheduler does on receipt: reopen by name (pickle round trip), copy out, unlink.
+    # What the scheduler does on receipt: unpickle (reopens the segment by name), copy out,
+    # unlink.
     for pointer in pointers:
-        received = mm_utils.ShmPointerMMData.__new__(mm_utils.ShmPointerMMData)
-        received.__setstate__(pointer.__getstate__())
-        tensor = received.materialize()
+        tensor = pickle.loads(pickle.dumps(pointer)).materialize()
         assert tensor.dtype == real_feature.dtype and tensor.shape == real_feature.shape
         assert torch.equal(tensor, real_feature), f"segment {pointer.shm_name} differs"
         del tensor
