@@ -1,0 +1,288 @@
+"""Reproduces the /health stall on CPU: the real SGLang server, stock against v3, measured.
+
+    bazel run //lab:health_stall -- [--quick] [--out DIR] [--fine] [--flood-minutes N] [--check]
+
+For each arm (the stock CPU base image, then //recipes:glm53_v3) one podman container with no
+network runs lab/in_container/session.py: the real `python3 -m sglang.launch_server` with a
+fake scheduler plugin, a /health prober process and a client sending seeded synthetic
+requests one at a time (and, with --flood-minutes, a flood of new multi-MB conversations).
+A first short container trains the tiny model directory both arms then mount read-only.
+
+Writes to --out: results.json ({"requests": [...]}, the agreed shape), results.md (table),
+health-stall.png (probe latency over time, both arms), flood.json / flood.png with a flood,
+run.json (images, commands, clean-up facts) and arms/<arm>/ (raw probes, logs).
+
+--quick: the ~4.7 MB chat and the 5 MB /generate at 200 ms probes, no flood (a few minutes).
+--check: exit 1 unless the quick rule holds (v3 worst < 250 ms, stock worst > 1,000 ms,
+identical prompt_tokens). --same-image runs the stock image in the v3 arm too, to see the
+check fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+from lab import checks, report, results
+from lab.container import Container, ContainerError, Podman
+from tools.podman.oci_layout import LayoutError, find_layout, parse_blob_args, read_image
+from tools.podman.spec import Mount, default_cache_root
+
+IN_CONTAINER = Path(__file__).resolve().parent / "in_container"
+ARMS = ("stock", "v3")
+FULL_REQUESTS = ["chat_4.7MB", "generate_5MB", "chat_1MB", "multimodal_8x1024px"]
+LAB_DIR, MODEL_DIR, OUT_DIR = "/lab", "/model", "/out"
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _interrupt(signum, frame) -> None:
+    raise _Interrupted(f"signal {signum}")
+
+
+def _stage_lab_files(dest: Path) -> Path:
+    """Copies lab/in_container (dereferencing Bazel's runfiles symlinks) for a read-only mount."""
+    shutil.copytree(IN_CONTAINER, dest, symlinks=False, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dest
+
+
+def _shm_entries() -> list[str]:
+    return sorted(p.name for p in Path("/dev/shm").iterdir())
+
+
+def _resolve_out(value: str | None) -> Path:
+    base = Path(os.environ.get("BUILD_WORKING_DIRECTORY") or os.getcwd())
+    if value is None:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        return base / "lab-out" / f"health-stall-{stamp}"
+    path = Path(value)
+    return path if path.is_absolute() else base / path
+
+
+def _images(args: argparse.Namespace) -> dict[str, object]:
+    blobs = parse_blob_args(args.blob)
+    given: dict[str, list[Path]] = {}
+    for item in args.image:
+        arm, sep, layout = item.partition("=")
+        if not sep or arm not in ARMS:
+            raise UsageError(f"--image {item!r}: expected stock=LAYOUT or v3=LAYOUT")
+        given.setdefault(arm, []).append(Path(layout))
+    images = {arm: read_image(find_layout(paths), blobs) for arm, paths in given.items()}
+    if args.same_image:
+        images["v3"] = images["stock"]
+    missing = [arm for arm in ARMS if arm not in images]
+    if missing:
+        raise UsageError(f"no image for arm(s) {missing}: pass --image ARM=LAYOUT (bazel run does)")
+    return images
+
+
+class Lab:
+    def __init__(self, podman: Podman, out: Path, run_label: str) -> None:
+        self.podman = podman
+        self.out = out
+        self.run_label = run_label
+        self.live: list[Container] = []
+        self.removed: list[str] = []
+
+    def run_container(self, image_id: str, arm: str, command: list[str], mounts: list[Mount],
+                      timeout_s: float, log: Path) -> int:
+        name = f"{self.run_label}-{arm}"
+        container = self.podman.start(image_id, name, self.run_label, command, mounts, env={"PYTHONUNBUFFERED": "1"})
+        self.live.append(container)
+        try:
+            code = self.podman.wait(container, timeout_s)
+        finally:
+            log.write_text(self.podman.logs(container))
+            self.remove(container)
+        if code is None:
+            raise ContainerError(f"{name} still ran after {timeout_s:.0f} s (killed); see {log}")
+        return code
+
+    def remove(self, container: Container) -> None:
+        self.podman.remove(container)
+        self.live.remove(container)
+        self.removed.append(container.id)
+
+    def remove_all(self) -> None:
+        for container in list(self.live):
+            try:
+                self.remove(container)
+            except ContainerError as err:
+                print(f"health_stall: clean-up: {err}", file=sys.stderr)
+
+
+def session_command(args: argparse.Namespace, requests: list[str]) -> list[str]:
+    command = [
+        "python3", f"{LAB_DIR}/session.py", "--model", MODEL_DIR, "--out", OUT_DIR,
+        "--interval-ms", str(10.0 if args.fine else 200.0),
+    ]
+    if requests:
+        command += ["--requests", *requests]
+    if args.flood_minutes > 0:
+        command += ["--flood-minutes", str(args.flood_minutes), "--flood-rps", str(args.flood_rps),
+                    "--flood-bytes", str(args.flood_bytes)]
+    return command
+
+
+def write_outputs(args: argparse.Namespace, out: Path, requests: list[str]) -> dict:
+    per_arm = {arm: results.arm_request_stats(out / "arms" / arm) for arm in ARMS}
+    summary = results.combine(per_arm, ARMS) if requests else {"requests": []}
+    results.validate(summary, ARMS)
+    (out / "results.json").write_text(json.dumps(summary, indent=1) + "\n")
+    table = report.markdown_table(summary, ARMS) if requests else ""
+    probes, windows = {}, {}
+    for arm in ARMS:
+        session = results.load_session(out / "arms" / arm)
+        if requests:
+            probes[arm] = results.load_probes(out / "arms" / arm / "probes.jsonl")
+            windows[arm] = [(r["name"], r["sent"], r["done"]) for r in session["requests"]]
+    if requests:
+        interval = "10 ms" if args.fine else "200 ms"
+        report.chart(out / "health-stall.png", probes, windows,
+                     f"/health latency while one request at a time is preprocessed (probe every {interval})")
+    if args.flood_minutes > 0:
+        flood = {}
+        flood_probes, flood_windows = {}, {}
+        for arm in ARMS:
+            session = results.load_session(out / "arms" / arm)
+            record = session.get("flood") or {}
+            if not record:
+                raise results.ResultsError(f"{out / 'arms' / arm / 'session.json'}: no flood record")
+            flood_probes[arm] = results.load_probes(out / "arms" / arm / "flood_probes.jsonl")
+            flood[arm] = results.flood_stats(flood_probes[arm], record["start"], record["end"], record["requests"])
+            flood_windows[arm] = [("flood", record["start"], record["end"])]
+        (out / "flood.json").write_text(json.dumps({arm: asdict(s) for arm, s in flood.items()}, indent=1) + "\n")
+        table += "\n" + report.flood_table(flood, args.flood_rps, args.flood_minutes, args.flood_bytes)
+        report.chart(out / "flood.png", flood_probes, flood_windows,
+                     f"/health during a flood of new {args.flood_bytes / 1e6:.0f} MB conversations at {args.flood_rps} rps")
+    (out / "results.md").write_text(table)
+    return summary
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="health_stall", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="the two text requests only, no flood")
+    parser.add_argument("--out", help="output directory (default: lab-out/health-stall-<UTC time>)")
+    parser.add_argument("--fine", action="store_true", help="probe every 10 ms instead of 200 ms")
+    parser.add_argument("--requests", nargs="+", help=f"override the request list (default full: {FULL_REQUESTS})")
+    parser.add_argument("--flood-minutes", type=float, default=None, help="flood length (default: 0 quick, 3 full)")
+    parser.add_argument("--flood-rps", type=float, default=0.5)
+    parser.add_argument("--flood-bytes", type=int, default=3_000_000)
+    parser.add_argument("--check", action="store_true", help="exit 1 unless the quick rule holds")
+    parser.add_argument("--same-image", action="store_true", help="run the stock image in the v3 arm too")
+    parser.add_argument("--image", action="append", default=[], metavar="ARM=LAYOUT", help="set by bazel run")
+    parser.add_argument("--blob", action="append", default=[], metavar="DESCRIPTOR=BLOB", help="set by bazel run")
+    parser.add_argument("--cache", type=Path, default=default_cache_root(), help="podman storage (default: %(default)s)")
+    parser.add_argument("--arm-timeout-s", type=float, default=None, help="bound on one arm's container")
+    args = parser.parse_args(argv)
+    if args.flood_minutes is None:
+        args.flood_minutes = 0.0 if args.quick else 3.0
+    requests = args.requests or (list(checks.QUICK_REQUESTS) if args.quick else FULL_REQUESTS)
+    arm_timeout = args.arm_timeout_s or 600.0 + 120.0 * len(requests) + 60.0 * args.flood_minutes * 1.5
+
+    out = _resolve_out(args.out)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
+    started = time.monotonic()
+    shm_before = _shm_entries()
+    lab = None
+    staging = None
+    facts: dict = {"command": ["health_stall", *argv], "out": str(out), "arms": {}}
+    code = 1
+    try:
+        images = _images(args)
+        out.mkdir(parents=True, exist_ok=True)
+        podman = Podman(args.cache)
+        podman.check()
+        run_label = f"lab-health-stall-{os.getpid()}-{int(time.time())}"
+        lab = Lab(podman, out, run_label)
+        staging = Path(tempfile.mkdtemp(prefix="health-stall."))
+        lab_files = _stage_lab_files(staging / "lab")
+        image_ids = {}
+        for arm in ARMS:
+            image_ids[arm] = podman.load(images[arm])
+            facts["arms"][arm] = {"manifest": images[arm].manifest_digest, "image_id": image_ids[arm],
+                                  "layout": str(images[arm].layout)}
+        print(f"health_stall: images loaded ({time.monotonic() - started:.0f} s); output in {out}", flush=True)
+
+        model = out / "model"
+        if not (model / "tokenizer.json").is_file():
+            shutil.rmtree(model, ignore_errors=True)
+            model.mkdir(parents=True)
+            code_model = lab.run_container(
+                image_ids["stock"], "model", ["python3", f"{LAB_DIR}/model_dir.py", "--out", OUT_DIR],
+                [Mount(lab_files, LAB_DIR), Mount(model, OUT_DIR, read_only=False)], 300.0, out / "model.log")
+            if code_model != 0:
+                raise ContainerError(f"making the model directory failed (exit {code_model}); see {out / 'model.log'}")
+
+        command = session_command(args, requests)
+        facts["session_command"] = command
+        for arm in ARMS:
+            arm_dir = out / "arms" / arm
+            shutil.rmtree(arm_dir, ignore_errors=True)
+            arm_dir.mkdir(parents=True)
+            t0 = time.monotonic()
+            print(f"health_stall: arm {arm}: starting {images[arm].manifest_digest[:19]}...", flush=True)
+            arm_code = lab.run_container(
+                image_ids[arm], arm, command,
+                [Mount(lab_files, LAB_DIR), Mount(model, MODEL_DIR), Mount(arm_dir, OUT_DIR, read_only=False)],
+                arm_timeout, arm_dir / "container.log")
+            facts["arms"][arm].update({"exit": arm_code, "seconds": round(time.monotonic() - t0, 1)})
+            print(f"health_stall: arm {arm}: exit {arm_code} after {time.monotonic() - t0:.0f} s", flush=True)
+            if arm_code != 0:
+                raise ContainerError(f"arm {arm} failed (exit {arm_code}); see {arm_dir}/container.log and server.log")
+
+        summary = write_outputs(args, out, requests)
+        print((out / "results.md").read_text())
+        code = 0
+        if args.check:
+            failures = checks.quick_failures(summary)
+            facts["check_failures"] = failures
+            for failure in failures:
+                print(f"health_stall: CHECK FAILED: {failure}", file=sys.stderr)
+            code = 1 if failures else 0
+            if not failures:
+                print("health_stall: check passed")
+    except (UsageError, LayoutError, ContainerError, results.ResultsError, _Interrupted) as err:
+        print(f"health_stall: error: {err}", file=sys.stderr)
+        facts["error"] = str(err)
+        code = 1
+    finally:
+        if lab is not None:
+            lab.remove_all()
+            leftover = lab.podman.ids_with_label(lab.run_label)
+            facts["containers_removed"] = lab.removed
+            facts["containers_left"] = leftover
+            if leftover:
+                print(f"health_stall: error: containers left behind: {leftover}", file=sys.stderr)
+                code = 1
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        shm_after = _shm_entries()
+        facts["host_dev_shm"] = {"added": sorted(set(shm_after) - set(shm_before)),
+                                 "removed": sorted(set(shm_before) - set(shm_after))}
+        facts["seconds"] = round(time.monotonic() - started, 1)
+        if out.is_dir():
+            (out / "run.json").write_text(json.dumps(facts, indent=1) + "\n")
+        print(f"health_stall: done in {facts['seconds']:.0f} s, exit {code}; {out}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

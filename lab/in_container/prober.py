@@ -1,0 +1,87 @@
+"""Polls GET /health on a fixed period and writes one JSON line per probe.
+
+Runs as its own process beside the server (same network namespace), like an orchestrator's
+liveness probe: a new TCP connection per probe, probes never overlap, and a probe that is
+still waiting when the next one is due delays it (the next starts when it returns). Each line:
+
+    {"start": <monotonic s>, "end": <monotonic s>, "ms": <latency>, "status": <HTTP status or 0>,
+     "error": <str or null>}
+
+CLOCK_MONOTONIC is shared by all processes of the machine/container, so the session lines
+probes up with its own request timestamps. SIGTERM stops it after flushing.
+
+    python3 prober.py --port 30000 --interval-ms 200 --timeout-s 60 --out probes.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(signum, frame) -> None:
+    raise _Stop()
+
+
+def probe_once(host: str, port: int, timeout_s: float) -> dict:
+    start = time.monotonic()
+    status, error = 0, None
+    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    try:
+        conn.request("GET", "/health", headers={"Connection": "close"})
+        response = conn.getresponse()
+        response.read()
+        status = response.status
+    except (OSError, http.client.HTTPException) as err:
+        error = f"{type(err).__name__}: {err}" if not isinstance(err, socket.timeout) else "timeout"
+    finally:
+        conn.close()
+    end = time.monotonic()
+    return {"start": start, "end": end, "ms": (end - start) * 1000.0, "status": status, "error": error}
+
+
+def run(host: str, port: int, interval_s: float, timeout_s: float, out: Path) -> int:
+    signal.signal(signal.SIGTERM, _raise_stop)
+    count = 0
+    with out.open("a", encoding="utf-8") as sink:
+        try:
+            next_due = time.monotonic()
+            while True:
+                delay = next_due - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                sample = probe_once(host, port, timeout_s)
+                sink.write(json.dumps(sample) + "\n")
+                sink.flush()
+                count += 1
+                next_due = max(sample["start"] + interval_s, sample["end"])
+        except (_Stop, KeyboardInterrupt):
+            pass
+    return count
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--interval-ms", type=float, default=200.0, help="probe period (default: 200)")
+    parser.add_argument("--timeout-s", type=float, default=60.0,
+                        help="give up on one probe after this long and record a miss (default: 60)")
+    parser.add_argument("--out", type=Path, required=True, help="JSON-lines file to append to")
+    args = parser.parse_args(argv)
+    run(args.host, args.port, args.interval_ms / 1000.0, args.timeout_s, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

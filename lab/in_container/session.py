@@ -1,0 +1,337 @@
+"""One arm of the lab: the real SGLang server, a /health prober and a client, in one place.
+
+Runs inside the arm's container (or on a host with sglang importable, for development):
+
+1. starts `python3 -m sglang.launch_server --device cpu --skip-server-warmup ...` in its own
+   process group, with the fake scheduler plugin (fake_scheduler.py) and
+   SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0, and waits (bounded) for /health;
+2. starts prober.py as a second process polling /health;
+3. sends the named requests one at a time (1 s of quiet before and after each), then
+   optionally the flood (new multi-MB conversations at a fixed rate, probes with a 3 s timeout);
+4. stops the prober and the server's whole process group (SIGTERM, bounded wait, SIGKILL),
+   removes /dev/shm segments the server left, and writes session.json.
+
+    python3 session.py --model DIR --out DIR --requests chat_4.7MB generate_5MB
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import workload  # noqa: E402
+
+SHM = Path("/dev/shm")
+SETTLE_S = 1.0
+FLOOD_PROBE_TIMEOUT_S = 3.0
+
+
+def _named_requests() -> dict:
+    return {
+        "chat_4.7MB": lambda: workload.chat("chat_4.7MB", seed=47, total_bytes=4_700_000),
+        "generate_5MB": lambda: workload.generate("generate_5MB", seed=50, total_bytes=5_000_000),
+        "chat_1MB": lambda: workload.chat("chat_1MB", seed=10, total_bytes=1_000_000),
+        "multimodal_8x1024px": lambda: workload.multimodal_chat("multimodal_8x1024px", seed=64, images=8, side=1024),
+    }
+
+
+REQUEST_NAMES = sorted(_named_requests())
+
+
+class SessionError(Exception):
+    """The server or the client failed in a way that invalidates the run."""
+
+
+@dataclass
+class Sent:
+    name: str
+    path: str
+    body_bytes: int
+    body_sha256: str
+    sent: float = 0.0  # monotonic seconds
+    done: float = 0.0
+    status: int = 0
+    prompt_tokens: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class Report:
+    server_command: list[str]
+    server_ready_s: float = 0.0
+    requests: list[Sent] = field(default_factory=list)
+    flood: dict | None = None
+    shm_before: list[str] = field(default_factory=list)
+    shm_after: list[str] = field(default_factory=list)
+    shm_removed: list[str] = field(default_factory=list)
+    leftover_pids: list[int] = field(default_factory=list)
+    error: str | None = None
+
+
+def _post(port: int, req: "workload.Request", timeout_s: float) -> tuple[int, dict | None, str | None]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
+    try:
+        conn.request("POST", req.path, body=req.body, headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        data = response.read()
+        try:
+            answer = json.loads(data)
+        except ValueError:
+            return response.status, None, f"non-JSON answer: {data[:300]!r}"
+        return response.status, answer, None if response.status == 200 else f"HTTP {response.status}: {data[:300]!r}"
+    except (OSError, http.client.HTTPException) as err:
+        return 0, None, f"{type(err).__name__}: {err}"
+    finally:
+        conn.close()
+
+
+def send(port: int, req: "workload.Request", timeout_s: float) -> Sent:
+    record = Sent(req.name, req.path, len(req.body), hashlib.sha256(req.body).hexdigest())
+    record.sent = time.monotonic()
+    record.status, answer, record.error = _post(port, req, timeout_s)
+    record.done = time.monotonic()
+    if answer is not None and record.error is None:
+        try:
+            record.prompt_tokens = req.prompt_tokens(answer)
+        except (KeyError, TypeError, ValueError) as err:
+            record.error = f"no prompt_tokens in the answer ({err!r}): {json.dumps(answer)[:300]}"
+    return record
+
+
+class Server:
+    """The real sglang HTTP server, in its own process group."""
+
+    def __init__(self, model: Path, port: int, out: Path, extra_args: list[str]) -> None:
+        self.port = port
+        self.command = [
+            sys.executable, "-m", "sglang.launch_server",
+            "--model-path", str(model),
+            "--device", "cpu",
+            "--skip-server-warmup",
+            "--host", "127.0.0.1",
+            "--port", str(port),
+            # Access-log lines for every probe would add I/O on the loop being measured.
+            "--uvicorn-access-log-exclude-prefixes", "/health",
+            *extra_args,
+        ]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
+        env["SGLANG_PLUGINS"] = "lab_fake_scheduler"
+        env["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] = "0"
+        env["LAB_FAKE_SCHEDULER_LOG"] = str(out / "scheduler.jsonl")
+        self._log = (out / "server.log").open("ab")
+        self.proc = subprocess.Popen(
+            self.command, env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.pgid = self.proc.pid  # start_new_session: the leader's pid is the group id
+        self.pids: set[int] = {self.proc.pid}
+
+    def group_pids(self) -> set[int]:
+        pids = set()
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if os.getpgid(int(entry.name)) == self.pgid:
+                        pids.add(int(entry.name))
+                except OSError:
+                    continue
+        return pids
+
+    def wait_ready(self, timeout_s: float, log: Path) -> float:
+        start = time.monotonic()
+        while time.monotonic() - start < timeout_s:
+            if self.proc.poll() is not None:
+                raise SessionError(f"the server exited with {self.proc.returncode} before /health answered; see {log}")
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+            try:
+                conn.request("GET", "/health")
+                if conn.getresponse().status == 200:
+                    self.pids |= self.group_pids()
+                    return time.monotonic() - start
+            except (OSError, http.client.HTTPException):
+                pass
+            finally:
+                conn.close()
+            time.sleep(0.5)
+        raise SessionError(f"/health did not answer 200 within {timeout_s:.0f} s; see {log}")
+
+    def stop(self, grace_s: float = 5.0) -> list[int]:
+        """Stops the whole group; returns pids of the group still alive afterwards (none)."""
+        self.pids |= self.group_pids()
+        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(self.pgid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline and (self.proc.poll() is None or self.group_pids()):
+                time.sleep(0.1)
+            if self.proc.poll() is not None and not self.group_pids():
+                break
+        self._log.close()
+        return sorted(self.group_pids())
+
+
+class Prober:
+    def __init__(self, port: int, interval_ms: float, timeout_s: float, out: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / "prober.py"), "--port", str(port), "--interval-ms", str(interval_ms),
+             "--timeout-s", str(timeout_s), "--out", str(out)],
+            stdin=subprocess.DEVNULL,
+        )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5 + FLOOD_PROBE_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+
+
+def _shm_entries() -> list[str]:
+    try:
+        return sorted(p.name for p in SHM.iterdir())
+    except OSError:
+        return []
+
+
+def _remove_server_shm(before: list[str], pids: set[int]) -> list[str]:
+    """Unlinks sglang segments (sgl_shm_<kind>_<pid>_<rand>) the server's processes left."""
+    removed = []
+    for name in sorted(set(_shm_entries()) - set(before)):
+        parts = name.split("_")
+        if name.startswith("sgl_shm_") and len(parts) >= 4 and parts[3].isdigit() and int(parts[3]) in pids:
+            try:
+                (SHM / name).unlink()
+                removed.append(name)
+            except OSError:
+                pass
+    return removed
+
+
+def run_requests(port: int, names: list[str], timeout_s: float) -> list[Sent]:
+    factories = _named_requests()
+    sent = []
+    for name in names:
+        req = factories[name]()  # built before the quiet period, so building is not measured
+        time.sleep(SETTLE_S)
+        record = send(port, req, timeout_s)
+        print(f"session: {name}: HTTP {record.status} in {record.done - record.sent:.2f} s,"
+              f" prompt_tokens={record.prompt_tokens} {record.error or ''}", flush=True)
+        sent.append(record)
+        time.sleep(SETTLE_S)
+    return sent
+
+
+def run_flood(port: int, minutes: float, rps: float, body_bytes: int, timeout_s: float) -> dict:
+    """New conversations at a fixed rate (open loop: a slow server does not slow the sender)."""
+    count = max(1, int(minutes * 60 * rps))
+    results: list[Sent | None] = [None] * count
+    # Bodies are made before the clock starts; each conversation is new (its own seed).
+    bodies = [workload.conversation(f"flood_{i}", seed=1000 + i, total_bytes=body_bytes) for i in range(count)]
+
+    def worker(index: int) -> None:
+        results[index] = send(port, bodies[index], timeout_s)
+
+    threads = []
+    start = time.monotonic()
+    for index in range(count):
+        delay = start + index / rps - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        thread = threading.Thread(target=worker, args=(index,), daemon=True)
+        thread.start()
+        threads.append(thread)
+    for thread in threads:
+        thread.join(timeout=max(1.0, timeout_s - (time.monotonic() - start)) + 5)
+    end = time.monotonic()
+    return {
+        "start": start,
+        "end": end,
+        "rps": rps,
+        "minutes": minutes,
+        "body_bytes": body_bytes,
+        "requests": [asdict(r) if r else {"name": f"flood_{i}", "error": "still running"} for i, r in enumerate(results)],
+    }
+
+
+def warm_up(port: int) -> None:
+    """Tiny chat and /generate requests, unmeasured: first-use imports and template compiles."""
+    for req in (workload.chat("warmup_chat", seed=1, total_bytes=2000),
+                workload.generate("warmup_generate", seed=2, total_bytes=2000)):
+        record = send(port, req, timeout_s=60)
+        if record.error:
+            raise SessionError(f"warm-up {req.name} failed: {record.error}")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, required=True, help="model directory (model_dir.py)")
+    parser.add_argument("--out", type=Path, required=True, help="writable directory for logs and session.json")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--requests", nargs="*", default=[], choices=REQUEST_NAMES, help="sent one at a time")
+    parser.add_argument("--interval-ms", type=float, default=200.0, help="probe period (10 for the fine mode)")
+    parser.add_argument("--request-timeout-s", type=float, default=180.0)
+    parser.add_argument("--server-timeout-s", type=float, default=300.0, help="bound on server start-up")
+    parser.add_argument("--flood-minutes", type=float, default=0.0, help="0: no flood")
+    parser.add_argument("--flood-rps", type=float, default=0.5)
+    parser.add_argument("--flood-bytes", type=int, default=3_000_000)
+    parser.add_argument("--server-arg", action="append", default=[], help="extra launch_server argument")
+    args = parser.parse_args(argv)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = Report(server_command=[])
+    report.shm_before = _shm_entries()
+    server = prober = None
+    try:
+        server = Server(args.model, args.port, args.out, args.server_arg)
+        report.server_command = server.command
+        report.server_ready_s = server.wait_ready(args.server_timeout_s, args.out / "server.log")
+        print(f"session: server ready after {report.server_ready_s:.1f} s", flush=True)
+        warm_up(args.port)
+        if args.requests:
+            prober = Prober(args.port, args.interval_ms, 60.0, args.out / "probes.jsonl")
+            report.requests = run_requests(args.port, args.requests, args.request_timeout_s)
+            prober.stop()
+            prober = None
+        if args.flood_minutes > 0:
+            time.sleep(SETTLE_S)
+            prober = Prober(args.port, args.interval_ms, FLOOD_PROBE_TIMEOUT_S, args.out / "flood_probes.jsonl")
+            time.sleep(SETTLE_S)
+            report.flood = run_flood(args.port, args.flood_minutes, args.flood_rps, args.flood_bytes,
+                                     args.request_timeout_s)
+            time.sleep(SETTLE_S)
+            prober.stop()
+            prober = None
+    except SessionError as err:
+        report.error = str(err)
+        print(f"session: error: {err}", file=sys.stderr, flush=True)
+    finally:
+        if prober is not None:
+            prober.stop()
+        if server is not None:
+            report.leftover_pids = server.stop()
+            report.shm_removed = _remove_server_shm(report.shm_before, server.pids)
+        report.shm_after = _shm_entries()
+        (args.out / "session.json").write_text(json.dumps(asdict(report), indent=1) + "\n")
+    return 1 if report.error or report.leftover_pids else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

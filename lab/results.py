@@ -1,0 +1,202 @@
+"""Shapes the arms' raw probes and request timestamps into results.json and the flood summary.
+
+Pure functions over plain data (no sglang, no podman), so they are unit-tested on the host.
+
+A probe belongs to a request when their intervals overlap: a probe that started before the
+request was sent and was stuck until after it arrived counts, as it measured the stall.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+OVER_MS = 3000.0  # a probe slower than this fails a typical 3 s health-check timeout
+UNHEALTHY_RUN = 3  # consecutive failed probes that mark a replica unhealthy
+
+
+class ResultsError(Exception):
+    """Raw data missing or inconsistent; the message names the file and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    start: float
+    end: float
+    ms: float
+    status: int
+    error: str | None = None
+
+    @property
+    def missed(self) -> bool:
+        return self.status != 200 or self.ms > OVER_MS
+
+
+@dataclass(frozen=True)
+class ArmStats:
+    """One request on one arm: exactly the keys of results.json's per-arm object."""
+
+    worst_ms: float
+    p50_ms: float
+    p99_ms: float
+    probes: int
+    over_3s: int
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class FloodStats:
+    probes: int
+    over_3s: int
+    missed: int
+    longest_miss_run: int
+    unhealthy_runs: int  # maximal runs of >= UNHEALTHY_RUN consecutive misses
+    first_unhealthy_s: float | None  # seconds after the flood began
+    worst_ms: float
+    p50_ms: float
+    p99_ms: float
+    requests_sent: int
+    requests_ok: int
+
+
+def load_probes(path: Path) -> list[Probe]:
+    probes = []
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: missing; did the prober start? (see the arm's session.json)") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+            probes.append(Probe(float(raw["start"]), float(raw["end"]), float(raw["ms"]), int(raw["status"]), raw.get("error")))
+        except (ValueError, KeyError, TypeError) as err:
+            # The prober may be killed mid-line; only the last line may be partial.
+            if number == len(lines):
+                continue
+            raise ResultsError(f"{path}:{number}: not a probe record ({err}): {line[:200]}") from None
+    return sorted(probes, key=lambda p: p.start)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in (0, 100]) of a non-empty list."""
+    if not values:
+        raise ResultsError("percentile of no values")
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def overlapping(probes: list[Probe], start: float, end: float) -> list[Probe]:
+    return [p for p in probes if p.end >= start and p.start <= end]
+
+
+def request_stats(probes: list[Probe], sent: float, done: float, prompt_tokens: int) -> ArmStats:
+    window = overlapping(probes, sent, done)
+    if not window:
+        raise ResultsError(f"no probe overlaps the request window [{sent:.3f}, {done:.3f}]")
+    ms = [p.ms for p in window]
+    return ArmStats(
+        worst_ms=round(max(ms), 1),
+        p50_ms=round(percentile(ms, 50), 1),
+        p99_ms=round(percentile(ms, 99), 1),
+        probes=len(window),
+        over_3s=sum(1 for p in window if p.missed),
+        prompt_tokens=int(prompt_tokens),
+    )
+
+
+def miss_runs(probes: list[Probe]) -> list[int]:
+    """Lengths of the maximal runs of consecutive missed probes, in order."""
+    runs, current = [], 0
+    for probe in probes:
+        if probe.missed:
+            current += 1
+        elif current:
+            runs.append(current)
+            current = 0
+    if current:
+        runs.append(current)
+    return runs
+
+
+def flood_stats(probes: list[Probe], start: float, end: float, requests: list[dict]) -> FloodStats:
+    window = overlapping(probes, start, end)
+    if not window:
+        raise ResultsError(f"no probe overlaps the flood [{start:.3f}, {end:.3f}]")
+    runs = miss_runs(window)
+    first_unhealthy = None
+    current = 0
+    for probe in window:
+        current = current + 1 if probe.missed else 0
+        if current == UNHEALTHY_RUN:
+            first_unhealthy = round(probe.end - start, 1)
+            break
+    ms = [p.ms for p in window]
+    return FloodStats(
+        probes=len(window),
+        over_3s=sum(1 for p in window if p.ms > OVER_MS or p.status != 200),
+        missed=sum(1 for p in window if p.missed),
+        longest_miss_run=max(runs, default=0),
+        unhealthy_runs=sum(1 for r in runs if r >= UNHEALTHY_RUN),
+        first_unhealthy_s=first_unhealthy,
+        worst_ms=round(max(ms), 1),
+        p50_ms=round(percentile(ms, 50), 1),
+        p99_ms=round(percentile(ms, 99), 1),
+        requests_sent=len(requests),
+        requests_ok=sum(1 for r in requests if r.get("status") == 200 and not r.get("error")),
+    )
+
+
+def arm_request_stats(arm_dir: Path) -> dict[str, ArmStats]:
+    """{request name: stats} for one arm's directory (session.json + probes.jsonl)."""
+    session = load_session(arm_dir)
+    probes = load_probes(arm_dir / "probes.jsonl") if session.get("requests") else []
+    out = {}
+    for req in session.get("requests", []):
+        if req.get("error") or req.get("prompt_tokens") is None:
+            raise ResultsError(f"{arm_dir / 'session.json'}: request {req.get('name')} failed: {req.get('error')}")
+        out[req["name"]] = request_stats(probes, req["sent"], req["done"], req["prompt_tokens"])
+    return out
+
+
+def load_session(arm_dir: Path) -> dict:
+    path = arm_dir / "session.json"
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: missing; the arm's container did not finish (see container.log there)") from None
+
+
+def combine(per_arm: dict[str, dict[str, ArmStats]], arms: tuple[str, ...] = ("stock", "v3")) -> dict:
+    """results.json: {"requests": [{"name", <arm>: {...}, ...}]} in the first arm's request order."""
+    missing = [arm for arm in arms if arm not in per_arm]
+    if missing:
+        raise ResultsError(f"no results for arm(s) {missing}")
+    names = list(per_arm[arms[0]])
+    for arm in arms[1:]:
+        if list(per_arm[arm]) != names:
+            raise ResultsError(f"arm {arm} ran {list(per_arm[arm])}, arm {arms[0]} ran {names}")
+    return {"requests": [{"name": name, **{arm: asdict(per_arm[arm][name]) for arm in arms}} for name in names]}
+
+
+def validate(results: dict, arms: tuple[str, ...] = ("stock", "v3")) -> None:
+    """Raises ResultsError unless `results` has exactly the agreed shape."""
+    keys = {field: kind for field, kind in ArmStats.__annotations__.items()}
+    if set(results) != {"requests"} or not isinstance(results["requests"], list):
+        raise ResultsError(f"results.json: top level must be exactly {{'requests': [...]}}, got keys {sorted(results)}")
+    for index, entry in enumerate(results["requests"]):
+        if set(entry) != {"name", *arms} or not isinstance(entry["name"], str):
+            raise ResultsError(f"results.json: requests[{index}] keys {sorted(entry)}, expected name + {list(arms)}")
+        for arm in arms:
+            stats = entry[arm]
+            if set(stats) != set(keys):
+                raise ResultsError(f"results.json: requests[{index}].{arm} keys {sorted(stats)}, expected {sorted(keys)}")
+            for field, kind in keys.items():
+                value = stats[field]
+                ok = isinstance(value, int) and not isinstance(value, bool) if kind == "int" else isinstance(value, float)
+                if not ok:
+                    raise ResultsError(f"results.json: requests[{index}].{arm}.{field} = {value!r} is not {kind}")

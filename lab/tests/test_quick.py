@@ -1,0 +1,38 @@
+"""The lab's quick mode end to end (podman, both images): issue 8's "Done means" rule.
+
+On the ~4.7 MB chat and the 5 MB /generate, v3's worst /health probe is under 250 ms while
+stock's is over 1,000 ms, and prompt_tokens are identical on both arms. Runs
+`health_stall --quick --check` (the stock base, then //recipes:glm53_v3) and also checks
+results.json and the clean-up record itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from lab import checks, results
+
+
+def test_quick_mode_v3_keeps_health_answering(tmp_path: Path):
+    out = Path(os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", tmp_path)) / "health-stall"
+    done = subprocess.run(
+        [os.environ["HEALTH_STALL"], "--quick", "--check", "--out", str(out)],
+        timeout=285,
+        check=False,
+    )
+    summary = json.loads((out / "results.json").read_text())
+    results.validate(summary)
+    assert checks.quick_failures(summary) == []
+    assert done.returncode == 0, "health_stall --check failed; see its output above"
+
+    run = json.loads((out / "run.json").read_text())
+    assert run["containers_left"] == []
+    assert len(run["containers_removed"]) >= 2
+    assert not [name for name in run["host_dev_shm"]["added"] if name.startswith("sgl_")]
+    for arm in ("stock", "v3"):
+        session = json.loads((out / "arms" / arm / "session.json").read_text())
+        assert session["leftover_pids"] == []
+        assert not [name for name in session["shm_after"] if name.startswith("sgl_shm")]

@@ -1,0 +1,144 @@
+"""Results shaping: windows, percentiles, misses, the agreed results.json shape, the table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lab import checks, report, results
+from lab.results import Probe
+
+
+def probes_from(latencies_ms: list[float], period_s: float = 0.2, status: int = 200) -> list[Probe]:
+    """Sequential probes as the prober makes them: the next starts when the last returns."""
+    out, t = [], 100.0
+    for ms in latencies_ms:
+        out.append(Probe(t, t + ms / 1000.0, ms, status))
+        t = max(t + period_s, t + ms / 1000.0)
+    return out
+
+
+def test_a_stuck_probe_that_began_before_the_request_counts():
+    probes = [Probe(10.0, 15.0, 5000.0, 200), Probe(15.0, 15.002, 2.0, 200), Probe(20.0, 20.002, 2.0, 200)]
+    stats = results.request_stats(probes, sent=11.0, done=15.5, prompt_tokens=7)
+    assert stats.worst_ms == 5000.0
+    assert stats.probes == 2  # the 20.0 probe is after the request
+    assert stats.over_3s == 1
+    assert stats.prompt_tokens == 7
+
+
+def test_percentiles_are_nearest_rank():
+    values = [float(v) for v in range(1, 101)]
+    assert results.percentile(values, 50) == 50.0
+    assert results.percentile(values, 99) == 99.0
+    assert results.percentile([7.0], 99) == 7.0
+    with pytest.raises(results.ResultsError):
+        results.percentile([], 50)
+
+
+def test_no_probe_in_the_window_is_an_error_not_a_zero():
+    with pytest.raises(results.ResultsError, match="no probe overlaps"):
+        results.request_stats([Probe(1.0, 1.1, 100.0, 200)], sent=5.0, done=6.0, prompt_tokens=1)
+
+
+def test_miss_runs_count_timeouts_errors_and_slow_probes():
+    probes = probes_from([2, 3500, 3500, 3500, 2, 3500, 2]) + [Probe(999.0, 999.1, 100.0, 0, "timeout")]
+    assert results.miss_runs(probes) == [3, 1, 1]
+
+
+def test_flood_marks_unhealthy_after_three_consecutive_misses():
+    probes = probes_from([2, 2, 3001, 3001, 3001, 3001, 2, 3001, 3001, 3001, 2])
+    start = probes[0].start
+    stats = results.flood_stats(probes, start, probes[-1].end, [{"status": 200}, {"status": 0, "error": "x"}])
+    assert stats.unhealthy_runs == 2
+    assert stats.longest_miss_run == 4
+    assert stats.first_unhealthy_s is not None and stats.first_unhealthy_s > 0
+    assert (stats.requests_sent, stats.requests_ok) == (2, 1)
+
+    healthy = results.flood_stats(probes_from([2] * 20), 100.0, 200.0, [])
+    assert healthy.unhealthy_runs == 0 and healthy.first_unhealthy_s is None
+
+
+def _stats(worst: float, tokens: int = 679634) -> results.ArmStats:
+    return results.ArmStats(worst_ms=worst, p50_ms=2.0, p99_ms=worst, probes=5, over_3s=int(worst > 3000), prompt_tokens=tokens)
+
+
+def test_combine_has_exactly_the_agreed_shape():
+    per_arm = {"stock": {"chat_4.7MB": _stats(4961.0)}, "v3": {"chat_4.7MB": _stats(30.0)}}
+    summary = results.combine(per_arm)
+    results.validate(summary)
+    assert list(summary) == ["requests"]
+    assert set(summary["requests"][0]) == {"name", "stock", "v3"}
+    assert set(summary["requests"][0]["v3"]) == {"worst_ms", "p50_ms", "p99_ms", "probes", "over_3s", "prompt_tokens"}
+    json.dumps(summary)  # plain JSON types only
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda s: s.update(extra=1), "top level"),
+        (lambda s: s["requests"][0].pop("v3"), "keys"),
+        (lambda s: s["requests"][0]["stock"].pop("p99_ms"), "keys"),
+        (lambda s: s["requests"][0]["stock"].update(probes=5.0), "probes"),
+        (lambda s: s["requests"][0]["stock"].update(worst_ms=5), "worst_ms"),
+        (lambda s: s["requests"][0]["stock"].update(prompt_tokens=True), "prompt_tokens"),
+    ],
+)
+def test_validate_rejects_other_shapes(mutate, message):
+    summary = results.combine({"stock": {"a": _stats(4000.0)}, "v3": {"a": _stats(20.0)}})
+    mutate(summary)
+    with pytest.raises(results.ResultsError, match=message):
+        results.validate(summary)
+
+
+def test_combine_refuses_arms_that_ran_different_requests():
+    with pytest.raises(results.ResultsError, match="ran"):
+        results.combine({"stock": {"a": _stats(1.0)}, "v3": {"b": _stats(1.0)}})
+
+
+def test_arm_stats_from_files(tmp_path: Path):
+    arm = tmp_path / "stock"
+    arm.mkdir()
+    lines = [json.dumps({"start": p.start, "end": p.end, "ms": p.ms, "status": 200, "error": None})
+             for p in probes_from([2, 2, 4000, 2])]
+    (arm / "probes.jsonl").write_text("\n".join(lines) + "\n" + '{"start": 1')  # killed mid-line
+    (arm / "session.json").write_text(json.dumps({"requests": [
+        {"name": "chat_4.7MB", "sent": 100.3, "done": 104.5, "prompt_tokens": 679634, "error": None}]}))
+    stats = results.arm_request_stats(arm)
+    assert stats["chat_4.7MB"].worst_ms == 4000.0
+    assert stats["chat_4.7MB"].probes == 2
+
+
+def test_a_failed_request_is_an_error(tmp_path: Path):
+    (tmp_path / "probes.jsonl").write_text("")
+    (tmp_path / "session.json").write_text(json.dumps({"requests": [
+        {"name": "x", "sent": 1.0, "done": 2.0, "prompt_tokens": None, "error": "HTTP 400"}]}))
+    with pytest.raises(results.ResultsError, match="HTTP 400"):
+        results.arm_request_stats(tmp_path)
+
+
+def test_quick_rule():
+    def summary(stock_worst: float, v3_worst: float, v3_tokens: int = 679634) -> dict:
+        return results.combine({
+            "stock": {name: _stats(stock_worst) for name in checks.QUICK_REQUESTS},
+            "v3": {name: _stats(v3_worst, v3_tokens) for name in checks.QUICK_REQUESTS},
+        })
+
+    assert checks.quick_failures(summary(4961.0, 40.0)) == []
+    # stock against stock: both arms stall, so the rule must fail
+    assert len(checks.quick_failures(summary(4961.0, 4800.0))) == 2
+    assert any("stock worst" in f for f in checks.quick_failures(summary(900.0, 40.0)))
+    assert any("prompt_tokens differ" in f for f in checks.quick_failures(summary(4961.0, 40.0, v3_tokens=1)))
+    assert any("not in results" in f for f in checks.quick_failures({"requests": []}))
+
+
+def test_table_and_chart(tmp_path: Path):
+    summary = results.combine({"stock": {"chat_4.7MB": _stats(4961.0)}, "v3": {"chat_4.7MB": _stats(31.0)}})
+    table = report.markdown_table(summary)
+    assert "| chat_4.7MB | 679,634 | **4,961 ms** | **31 ms** |" in table
+    probes = {"stock": probes_from([2, 4961, 2]), "v3": probes_from([2, 31, 2])}
+    windows = {arm: [("chat_4.7MB", p[1].start, p[1].end)] for arm, p in probes.items()}
+    report.chart(tmp_path / "c.png", probes, windows, "t")
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,59 @@
+"""The seeded request bodies: exact sizes, the same bytes every run, valid JSON and PNGs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "in_container"))
+
+import synthetic_text  # noqa: E402
+import workload  # noqa: E402
+
+
+def test_text_is_a_pure_function_of_seed_and_size():
+    a = synthetic_text.text_of_size(5, 50_000)
+    assert a == synthetic_text.text_of_size(5, 50_000)
+    assert a != synthetic_text.text_of_size(6, 50_000)
+    assert len(a.encode("ascii")) == 50_000
+    # Prefix-stable: bodies are fitted by taking prefixes.
+    assert synthetic_text.text_of_size(5, 60_000).startswith(a)
+
+
+@pytest.mark.parametrize("make, size", [(workload.chat, 1_000_000), (workload.generate, 500_000)])
+def test_bodies_have_the_requested_size(make, size):
+    req = make("x", 3, size)
+    assert size - 1 <= len(req.body) <= size
+    json.loads(req.body)
+
+
+def test_body_bytes_do_not_change_between_runs():
+    # If this fails, the text generator changed: results from before and after are not comparable.
+    body = workload.chat("x", 47, 20_000).body
+    assert hashlib.sha256(body).hexdigest() == hashlib.sha256(workload.chat("x", 47, 20_000).body).hexdigest()
+    assert json.loads(body)["messages"][0]["content"].startswith(synthetic_text.text_of_size(47, 40))
+
+
+def test_conversations_alternate_and_end_with_the_user():
+    messages = json.loads(workload.conversation("f", 1, 200_000, turns=5).body)["messages"]
+    roles = [m["role"] for m in messages]
+    assert roles == ["system", "user", "assistant", "user", "assistant", "user"]
+    with pytest.raises(ValueError):
+        workload.conversation("f", 1, 200_000, turns=4)
+    assert json.loads(workload.conversation("f", 2, 200_000).body) != json.loads(workload.conversation("f", 1, 200_000).body)
+
+
+def test_png_is_well_formed():
+    data = workload.png(8, 4, seed=1)
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    length = int.from_bytes(data[8:12], "big")
+    assert data[12:16] == b"IHDR" and length == 13
+    idat_at = data.index(b"IDAT")
+    idat_len = int.from_bytes(data[idat_at - 4:idat_at], "big")
+    raw = zlib.decompress(data[idat_at + 4:idat_at + 4 + idat_len])
+    assert len(raw) == 4 * (1 + 8 * 3)
