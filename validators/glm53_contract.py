@@ -28,6 +28,18 @@ class ReplicaContract:
 
 
 @dataclass(frozen=True)
+class LongTierOverlay:
+    """What the long-context tier adds to the file it derives from, and nothing else may differ:
+    the `:8001` discovery stub (its nginx server block and port mapping), the long server name on
+    the TLS listener, and the registrar's long-tier settings."""
+
+    nginx_listen: str
+    port_mapping: str
+    server_name: str
+    registrar_env: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class FileContract:
     """What the long-context file must contain; see README for the rule list."""
 
@@ -41,6 +53,7 @@ class FileContract:
     # Dotted paths that may legitimately differ from the file this one derives from, each with
     # the reason; everything else outside the engines must be equal.
     derived_differences: Mapping[str, str] = field(default_factory=dict)
+    overlay: LongTierOverlay | None = None
 
     def replica(self, name: str) -> ReplicaContract | None:
         return next((r for r in self.replicas if r.name == name), None)
@@ -67,9 +80,12 @@ FORBIDDEN_ENV = (
     "SGLANG_ADMISSION_RESERVE_DEBUG",
 )
 
+# Checkpoint and chat-template pins as committed with the generated file (the tables mark the
+# revisions as placeholders until the Hub commit ids are filled in: change both together).
 W4AFP8_LONG_CONTEXT_ARGV = """
 sglang serve
---model-path /root/.cache/huggingface/glm53/GLM-5.3-Flash-W4AFP8
+--model-path graphistry/GLM-5.3-Flash-W4AFP8
+--revision c2072e1412be8d20100b5a89df69b015bb53554e
 --served-model-name z-ai/glm-5.3-flash
 --tp-size 4
 --ep-size 4
@@ -79,7 +95,6 @@ sglang serve
 --enable-priority-scheduling
 --disable-priority-preemption
 --chunked-prefill-size CHUNK
---max-prefill-tokens 32768
 --prefill-decode-interval PDI
 --cuda-graph-max-bs-decode 32
 --dsa-prefill-backend tilelang
@@ -94,7 +109,7 @@ sglang serve
 --enable-strict-thinking
 --grammar-backend xgrammar
 --tool-call-parser glm47
---chat-template /root/.cache/huggingface/glm53/chat_template.jinja
+--chat-template /root/.cache/huggingface/hub/models--zai-org--GLM-5.3-Flash/snapshots/41fbeb79c636ed4cd8eeba383e0c4729fdd22ea3/chat_template.jinja
 --context-length 1048576
 --dist-init-addr DIST_INIT
 --watchdog-timeout 1800
@@ -109,6 +124,7 @@ sglang serve
 --hicache-write-policy write_through
 --hicache-io-backend direct
 --hicache-mem-layout page_first_direct
+--max-prefill-tokens 32768
 """
 
 W4AFP8_LONG_CONTEXT_ENV = MappingProxyType({
@@ -153,4 +169,13 @@ W4AFP8_LONG_CONTEXT = FileContract(
     backend_urls_var="GLM53_BACKEND_URLS",
     forbidden_env=FORBIDDEN_ENV,
     derived_differences=MappingProxyType({}),
+    overlay=LongTierOverlay(
+        nginx_listen="8001",
+        port_mapping="8001:8001",
+        server_name="glm-5-3-flash-long.completions.near.ai",
+        registrar_env=("LONG_HTTP_PORT", "LONG_MODEL_NAME", "LONG_SERVER_NAME", "LONG_TIER_ONLY"),
+    ),
 )
+
+# The file the long-context file derives from (whole-file rule), by its compose file name.
+W4AFP8_LONG_CONTEXT_SOURCE = "GLM-5.3-Flash-SGL-TP4-W4AFP8.yaml"

@@ -23,15 +23,16 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from validators import cli
+from validators import cli, nginx_conf
 from validators.compose_doc import (ComposeFile, Finding, InterpolationError, LoadError,
-                                    command_argv, env_map, interpolate, join_path, load_compose,
-                                    load_yaml_text)
-from validators.glm53_contract import W4AFP8_LONG_CONTEXT, FileContract, ReplicaContract
+                                    command_argv, env_map, interpolate, join_path, labels_map,
+                                    load_compose, load_yaml_text)
+from validators.glm53_contract import (W4AFP8_LONG_CONTEXT, FileContract, LongTierOverlay,
+                                       ReplicaContract)
 from validators.releases import (ReleaseError, Releases, image_digest, load_release_dir,
                                  load_releases)
 from validators.telemetry import collector_config
-from validators.topology import engines
+from validators.topology import engines, nginx_configs
 
 VALIDATOR = "glm53-prod-contract"
 QSPLIT = "SGLANG_DSA_INDEXER_QSPLIT"
@@ -227,9 +228,12 @@ def proxy_findings(compose: ComposeFile, contract: FileContract) -> list[Finding
     return findings
 
 
-def normalized_view(compose: ComposeFile) -> dict[str, Any]:
-    """The file minus its engines: engine services, engine anchors and engine scrape jobs gone,
-    engine names replaced by ENGINE-r<i> everywhere, embedded YAML configs parsed."""
+def normalized_view(compose: ComposeFile, proxy: str,
+                    overlay: LongTierOverlay | None = None) -> dict[str, Any]:
+    """The file minus its engines: engine services, `x-*` anchors and engine scrape jobs gone,
+    engine names as ENGINE-r<i> and the deployment label as DEPLOYMENT everywhere, embedded
+    nginx and collector configs parsed (comments and layout do not count). With an overlay, the
+    long-tier additions are taken out too."""
     doc = copy.deepcopy(compose.doc)
     names = engines(compose)
     doc["services"] = {k: v for k, v in doc.get("services", {}).items() if k not in names}
@@ -237,15 +241,57 @@ def normalized_view(compose: ComposeFile) -> dict[str, Any]:
     # services that use them, so they carry no meaning of their own.
     for key in [k for k in doc if str(k).startswith("x-")]:
         del doc[key]
-    renames = {n: f"ENGINE-r{i}" for i, n in enumerate(sorted(names, key=_replica_order), start=1)}
     collector = collector_config(compose)
     if collector is not None:
         doc["configs"][collector[0]]["content"] = _collector_without_engines(collector[1],
                                                                              set(names))
+    for item in nginx_configs(compose):
+        if item.syntax_error is None:
+            doc["configs"][item.config]["content"] = _nginx_tree(item.directives, overlay)
+    if overlay is not None:
+        _remove_overlay(doc, overlay)
+    renames = {n: f"ENGINE-r{i}" for i, n in enumerate(sorted(names, key=_replica_order), start=1)}
+    deployment = labels_map((compose.services.get(proxy) or {}).get("labels")).get(
+        "nearai.otel.deployment")
+    if deployment:
+        renames[deployment] = "DEPLOYMENT"
     text = json.dumps(doc, sort_keys=True, default=str)
     for old in sorted(renames, key=len, reverse=True):
         text = re.sub(re.escape(old) + r"(?![\w-])", renames[old], text)
     return json.loads(text)
+
+
+def _nginx_tree(directives: list[nginx_conf.Directive],
+                overlay: LongTierOverlay | None) -> list[Any]:
+    tree = []
+    for d in directives:
+        if overlay and d.name == "server" and any(
+                l.values[:1] and l.values[0].rsplit(":", 1)[-1] == overlay.nginx_listen
+                for l in d.children("listen")):
+            continue
+        args = d.values
+        if overlay and d.name == "server_name":
+            args = [a for a in args if a != overlay.server_name]
+        entry: list[Any] = [d.name, *args]
+        if d.block is not None:
+            entry.append(_nginx_tree(d.block, overlay))
+        tree.append(entry)
+    return tree
+
+
+def _remove_overlay(doc: dict[str, Any], overlay: LongTierOverlay) -> None:
+    for service in doc.get("services", {}).values():
+        if not isinstance(service, dict):
+            continue
+        if isinstance(service.get("ports"), list):
+            service["ports"] = [p for p in service["ports"] if str(p) != overlay.port_mapping]
+        env = service.get("environment")
+        if isinstance(env, dict):
+            for key in overlay.registrar_env:
+                env.pop(key, None)
+        elif isinstance(env, list):
+            service["environment"] = [e for e in env
+                                      if str(e).partition("=")[0] not in overlay.registrar_env]
 
 
 def _replica_order(name: str) -> tuple[int, str]:
@@ -305,7 +351,8 @@ def _drop(view: dict[str, Any], dotted: str) -> None:
 
 def derivation_findings(compose: ComposeFile, source: ComposeFile,
                         contract: FileContract) -> list[Finding]:
-    mine, theirs = normalized_view(compose), normalized_view(source)
+    mine = normalized_view(compose, contract.proxy, contract.overlay)
+    theirs = normalized_view(source, contract.proxy)
     for dotted in contract.derived_differences:
         _drop(mine, dotted)
         _drop(theirs, dotted)
@@ -313,8 +360,9 @@ def derivation_findings(compose: ComposeFile, source: ComposeFile,
     if path is None:
         return []
     return [compose.finding(path, (
-        f"differs from {source.label} outside the engines (first difference; normalized: "
-        "engines, x-* anchors and engine scrape jobs removed, engine names as ENGINE-r<i>); "
+        f"differs from {source.label} outside the engines and the long-tier overlay (first "
+        "difference; normalized: engines, x-* anchors and engine scrape jobs removed, engine "
+        "names as ENGINE-r<i>, deployment label as DEPLOYMENT); "
         "change the source file or the generator, not this file"))]
 
 

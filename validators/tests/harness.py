@@ -28,7 +28,7 @@ class Inputs:
 
 def inputs_from_env() -> Inputs:
     lc = _path_from_env("LONG_CONTEXT_COMPOSE", TESTDATA / "glm53-w4afp8-long-context.yaml")
-    source = _path_from_env("LONG_CONTEXT_SOURCE", lc)
+    source = _path_from_env("LONG_CONTEXT_SOURCE", TESTDATA / "glm53-w4afp8-base.yaml")
     extra = [Path(p).absolute() for p in os.environ.get("OTHER_COMPOSE", "").split() if p]
     releases = os.environ.get("RELEASE_RECORDS", "").split()
     release_paths = tuple(Path(p).absolute() for p in releases) or tuple(

@@ -113,13 +113,16 @@ def test_http2_server_without_keepalive_requests(inputs: Inputs, mutate) -> None
         "keepalive_requests 1000000;`)")
 
 
+METRICS_BLOCK = r"location (\^~|=) {path} \{{\s*return 404;\s*\}}\n?"
+
+
 def test_public_tls_listener_exposes_v1_metrics(inputs: Inputs, mutate) -> None:
     holder: dict[str, Any] = {}
 
     def drift(doc: dict[str, Any]) -> None:
         def edit(text: str) -> str:
-            text = re.sub(r"location \^~ /v1/metrics \{\s*return 404;\s*\}\n?", "", text)
-            assert "/v1/metrics" not in text
+            text, count = re.subn(METRICS_BLOCK.format(path="/v1/metrics"), "", text)
+            assert count == 1 and "/v1/metrics" not in text
             holder["line"] = tls_server_line(text)
             return text
         holder["name"] = nginx_config_name(doc)
@@ -140,10 +143,10 @@ def test_exact_location_overrides_metrics_404(inputs: Inputs, mutate) -> None:
 
     def drift(doc: dict[str, Any]) -> None:
         def edit(text: str) -> str:
-            text = re.sub(r"(location \^~ /metrics \{\s*return 404;\s*\})",
-                          r"\1 location = /metrics { proxy_pass http://proxy-glm53:8000; }", text,
-                          count=1)
-            holder["line"] = tls_server_line(text)
+            text, count = re.subn(METRICS_BLOCK.format(path="/metrics"),
+                                  "location = /metrics { proxy_pass http://proxy-glm53:8000; }\n",
+                                  text)
+            assert count == 1
             holder["exact"] = line_of(text, "location = /metrics")
             return text
         holder["name"] = nginx_config_name(doc)

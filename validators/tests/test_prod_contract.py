@@ -93,16 +93,28 @@ def test_pdi_swapped_between_replicas(inputs: Inputs, mutate) -> None:
         "requires `--prefill-decode-interval 2`"]
 
 
-def test_stray_revision_flag(inputs: Inputs, mutate) -> None:
+def test_stray_fp8_only_flag(inputs: Inputs, mutate) -> None:
+    """`--moe-runner-backend deep_gemm` belongs to the FP8 engines, not the W4AFP8 ones."""
     def drift(doc: dict[str, Any]) -> None:
         doc["services"][R2]["command"] = command_argv(doc["services"][R2]["command"]) + [
-            "--revision", "84c6a6aa"]
+            "--moe-runner-backend", "deep_gemm"]
 
     copy = mutate(inputs.long_context, drift)
     result = contract(inputs, copy)
     assert result.returncode == 1
     assert result.errors() == [
-        f"{copy}: services.{R2}.command: drifted token: unexpected `--revision 84c6a6aa`"]
+        f"{copy}: services.{R2}.command: drifted token: unexpected `--moe-runner-backend deep_gemm`"]
+
+
+def test_flag_given_twice(inputs: Inputs, mutate) -> None:
+    def drift(doc: dict[str, Any]) -> None:
+        doc["services"][R1]["command"] = command_argv(doc["services"][R1]["command"]) + [
+            "--max-running-requests", "32"]
+
+    copy = mutate(inputs.long_context, drift)
+    result = contract(inputs, copy)
+    assert result.errors() == [
+        f"{copy}: services.{R1}.command: drifted token: `--max-running-requests` given 2 times"]
 
 
 def test_switch_removed_and_order_changed(inputs: Inputs, mutate) -> None:
@@ -281,6 +293,12 @@ def test_split_gate_unrecorded_image(inputs: Inputs, mutate) -> None:
 
 # --- whole-file derivation --------------------------------------------------------------------
 
+DERIVED = ("outside the engines and the long-tier overlay (first difference; normalized: "
+           "engines, x-* anchors and engine scrape jobs removed, engine names as ENGINE-r<i>, "
+           "deployment label as DEPLOYMENT); change the source file or the generator, not this "
+           "file")
+
+
 def test_derived_file_drifts_outside_engines(inputs: Inputs, mutate) -> None:
     def drift(doc: dict[str, Any]) -> None:
         doc["services"]["model-proxy-registrar"]["healthcheck"]["interval"] = "31s"
@@ -290,9 +308,24 @@ def test_derived_file_drifts_outside_engines(inputs: Inputs, mutate) -> None:
     assert result.returncode == 1
     assert result.errors() == [
         f"{copy}: services.model-proxy-registrar.healthcheck.interval: differs from "
-        f"{inputs.source} outside the engines (first difference; normalized: engines, x-* "
-        "anchors and engine scrape jobs removed, engine names as ENGINE-r<i>); change the source "
-        "file or the generator, not this file"]
+        f"{inputs.source} {DERIVED}"]
+
+
+def test_derived_nginx_drift_in_the_shared_part(inputs: Inputs, mutate) -> None:
+    """The public TLS listener is shared with the source: a change there is reported."""
+    def drift(doc: dict[str, Any]) -> None:
+        [source] = [c["source"] for c in doc["services"]["nginx"]["configs"]]
+        content = doc["configs"][source]["content"]
+        assert content.count("keepalive_timeout 1h;") == 1
+        doc["configs"][source]["content"] = content.replace("keepalive_timeout 1h;",
+                                                            "keepalive_timeout 2h;")
+
+    copy = mutate(inputs.long_context, drift)
+    result = contract(inputs, copy, source=inputs.source)
+    assert result.returncode == 1
+    [error] = result.errors()
+    assert error.startswith(f"{copy}: configs.nginx_conf.content[")
+    assert error.endswith(f": differs from {inputs.source} {DERIVED}")
 
 
 def test_engine_only_changes_are_not_derivation_drift(inputs: Inputs, mutate) -> None:
@@ -300,3 +333,11 @@ def test_engine_only_changes_are_not_derivation_drift(inputs: Inputs, mutate) ->
                   lambda doc: set_flag(doc, R1, "--chunked-prefill-size", "4096"))
     result = contract(inputs, copy, source=inputs.source)
     assert "outside the engines" not in result.output
+
+
+def test_source_itself_is_not_the_long_context_file(inputs: Inputs) -> None:
+    """The overlay is only allowed one way: the source compared with itself as derived fails
+    only if it lacked the overlay, so comparing the long-context file to itself must fail."""
+    result = contract(inputs, inputs.long_context, source=inputs.long_context)
+    assert result.returncode == 1
+    assert any(DERIVED in e for e in result.errors())
