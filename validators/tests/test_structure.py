@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -77,3 +78,13 @@ def test_schema_type_error_has_dotted_path(inputs: Inputs, mutate) -> None:
     assert result.returncode == 1
     assert result.errors() == [
         f"{copy}: services.nginx.ports: compose-spec schema: {{'8000': 8000}} is not of type 'array'"]
+
+
+def test_bazel_binds_the_committed_files(inputs: Inputs) -> None:
+    """Under `bazel test` the fixtures must never stand in for the committed files."""
+    if "TEST_SRCDIR" not in os.environ:
+        pytest.skip("plain pytest: fixtures are the inputs")
+    assert inputs.long_context.parent.name == "compose", inputs.long_context
+    assert inputs.source.parent.name == "compose", inputs.source
+    assert len(inputs.all_files) == 3
+    assert [p.parent.name for p in inputs.releases] == ["releases"] * 3
