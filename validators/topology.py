@@ -102,12 +102,38 @@ def nginx_configs(compose: ComposeFile,
             except InterpolationError as exc:
                 item.error = str(exc)
                 item.text = contents[source].replace("$$", "$")
+            item.target, item.text = _template_step(service, target, item.text, env)
             try:
                 item.directives = nginx_conf.parse(item.text)
             except nginx_conf.NginxSyntaxError as exc:
                 item.syntax_error = exc
             found[source] = item
     return list(found.values())
+
+
+TEMPLATES = "/etc/nginx/templates/"
+
+
+def _template_step(service: Mapping[str, Any], target: str, text: str,
+                   env: Mapping[str, str]) -> tuple[str, str]:
+    """The nginx image's entrypoint renders templates/*.template into conf.d with envsubst over
+    the container's environment (only variables that are set, optionally filtered)."""
+    container_env = {}
+    for key, value in env_map(service.get("environment")).items():
+        try:
+            container_env[key] = interpolate(value, env) if value is not None else env.get(key, "")
+        except InterpolationError:
+            container_env[key] = ""
+    suffix = container_env.get("NGINX_ENVSUBST_TEMPLATE_SUFFIX", ".template")
+    if not (target.startswith(TEMPLATES) and target.endswith(suffix)):
+        return target, text
+    pattern = container_env.get("NGINX_ENVSUBST_FILTER", "")
+    names = [k for k in container_env if re.search(pattern, k)]
+    for name in sorted(names, key=len, reverse=True):
+        text = re.sub(r"\$(\{" + name + r"\}|" + name + r"(?![A-Za-z0-9_]))",
+                      lambda _m, v=container_env[name]: v, text)
+    output = container_env.get("NGINX_ENVSUBST_OUTPUT_DIR", "/etc/nginx/conf.d")
+    return f"{output}/{target[len(TEMPLATES):-len(suffix)]}", text
 
 
 _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
