@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -69,7 +70,16 @@ def cmd_statement(args: argparse.Namespace) -> int:
     return 0
 
 
+def user_path(path: Path | None) -> Path | None:
+    """A path the user typed after `bazel run ... --`: relative to where they ran bazel."""
+    base = os.environ.get("BUILD_WORKING_DIRECTORY")
+    if path is None or path.is_absolute() or not base:
+        return path
+    return Path(base) / path
+
+
 def cmd_sign(args: argparse.Namespace) -> int:
+    args.key, args.out, args.public_key_out = (user_path(p) for p in (args.key, args.out, args.public_key_out))
     body = Path(args.statement).read_bytes()
     envelope = dsse.sign(body, args.key)
     _write_json(args.out, envelope)

