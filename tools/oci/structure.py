@@ -5,8 +5,9 @@ applies whiteouts the way a runtime does, and checks:
   * --expect-label / --expect-labels-file: labels present with these values;
   * --expect-env: env entries;
   * --expect-file / --expect-absent: paths in the merged filesystem;
-  * --base-image: the image is base + extra layers, inherits entrypoint, cmd and env, and its
-    org.opencontainers.image.base.digest label names the base's digest;
+  * --base-image: the image is base + extra layers and its org.opencontainers.image.base.digest
+    label names the base's digest; with --expect-inherited also entrypoint, cmd, env, workdir
+    and user are the base's;
   * --provenance (a patch chain's PROVENANCE.json) with --site/--recipe: every output file of
     the chain is at <site>/<path> and hashes to its after-hash, its unchecked .pyc comes from
     the same or a higher layer and was compiled from exactly that source, files the chain
@@ -132,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--image", type=Path, required=True, help="the image's layout directory")
     p.add_argument("--blob", action="append", default=[], metavar="DESCRIPTOR=BLOB")
-    p.add_argument("--base-image", type=Path)
+    p.add_argument("--base-image", type=Path, help="the image must extend this base and name its digest")
+    p.add_argument("--expect-inherited", action="store_true",
+                   help="with --base-image: Entrypoint, Cmd, Env, WorkingDir and User equal the base's")
     p.add_argument("--provenance", type=Path)
     p.add_argument("--site", default="/usr/lib/python3/dist-packages")
     p.add_argument("--recipe", default="")
@@ -164,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
             n = len(base.manifest["layers"])
             c.check(img.manifest["layers"][:n] == base.manifest["layers"], "the image does not start with the base's layers")
             c.check(diff_ids[:n] == base.config["rootfs"]["diff_ids"], "the image's diff_ids do not start with the base's")
-            for key in ("Entrypoint", "Cmd", "Env", "WorkingDir", "User"):
+            inherited = ("Entrypoint", "Cmd", "Env", "WorkingDir", "User") if args.expect_inherited else ()
+            for key in inherited:
                 c.check(cfg.get(key) == bcfg.get(key), f"{key} not inherited from the base: {cfg.get(key)!r} != {bcfg.get(key)!r}")
             c.check(labels.get("org.opencontainers.image.base.digest") == base.manifest_digest,
                     f"label org.opencontainers.image.base.digest is {labels.get('org.opencontainers.image.base.digest')!r}, "

@@ -74,6 +74,8 @@ def _structure_test_impl(ctx):
     if ctx.attr.base:
         base = ctx.attr.base[OciImageInfo]
         args += ["--base-image", base.layout.short_path]
+        if ctx.attr.inherits_config:
+            args.append("--expect-inherited")
         files.append(base.layout)
     for k, v in ctx.attr.expect_labels.items():
         args += ["--expect-label", "%s=%s" % (k, v)]
@@ -103,10 +105,12 @@ oci_structure_test = rule(
 Checks labels and env in the config, files present/absent in the merged layers (whiteouts
 honoured), and with `chain`: every file the patch chain outputs sits at <site>/<path> in the
 image and hashes to the chain's after-hash, and the recipe files sit under
-/usr/share/glm53-engine/<recipe>/. With `base`: entrypoint, cmd and env are inherited.""",
+/usr/share/glm53-engine/<recipe>/. With `base`: the image extends it (and, unless
+inherits_config = False, keeps its entrypoint, cmd, env, workdir and user).""",
     attrs = {
         "image": attr.label(providers = [OciImageInfo], mandatory = True),
-        "base": attr.label(providers = [OciImageInfo]),
+        "base": attr.label(providers = [OciImageInfo], doc = "the image must start with this base's layers and name its digest"),
+        "inherits_config": attr.bool(default = True, doc = "with base: entrypoint, cmd, env, workdir and user must equal the base's"),
         "chain": attr.label(providers = [PatchChainInfo]),
         "recipe": attr.string(),
         "site": attr.string(default = "/usr/lib/python3/dist-packages"),
