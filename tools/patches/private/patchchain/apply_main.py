@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             check_inputs(chain, args.expect_declaration, args.expect_patch)
         patch_bytes = read_patch_files(chain)
         tree = SourceTree(args.base_root, args.base_layout, args.allow_input_symlinks)
+        tree.check_root()
         result = apply_chain(chain, tree, patch_bytes)
         if not args.check:
             write_outputs(result, args.out_dir, args.provenance_json, args.provenance_text, args.declaration_out)

@@ -27,7 +27,6 @@ from .errors import (
     BaseDriftError,
     CompileError,
     DeclarationError,
-    DiffSyntaxError,
     PatchChecksumError,
     PatchOrderError,
     PinError,

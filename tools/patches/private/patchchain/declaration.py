@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import DeclarationError, Where
+from .errors import DeclarationError, PathOutsideRootError, Where
 from .layout import check_manifest_path
-from .errors import PathOutsideRootError
 
 DECLARATION_NAME = "series.json"
 SCHEMA = 1

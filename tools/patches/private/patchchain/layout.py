@@ -62,9 +62,16 @@ class SourceTree:
     # Bazel stages every input file as a symlink into its own cache; directories stay real.
     allow_file_symlinks: bool = False
 
-    def _local(self, path: str) -> Path:
-        rel = package_path(path) if self.layout == "package" else path
-        return self.root / rel
+    def check_root(self) -> None:
+        """Fails early when --base-root does not hold the package (wrong directory or layout)."""
+        marker = self.root / (PACKAGE_DIR if self.layout == "package" else GIT_SOURCE_ROOT) / "__init__.py"
+        if not marker.is_file():
+            other = "git" if self.layout == "package" else "package"
+            raise PathOutsideRootError(
+                f"the base root {self.root} does not hold {marker.relative_to(self.root)}",
+                Where(fix=f"point --base-root at the directory holding {PACKAGE_DIR}/ (layout package) or "
+                      f"python/sglang/ (layout git), or pass --base-layout {other}"),
+            )
 
     def read(self, path: str, where: Where) -> bytes | None:
         """The file's bytes, or None if absent. `path` must already be checked."""

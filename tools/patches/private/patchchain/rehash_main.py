@@ -73,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         ap.error("give --base-root or --base-marker")
     try:
-        decl, old, new = rehash(args.series, patches_dir, SourceTree(base_root, args.base_layout, args.allow_input_symlinks))
+        tree = SourceTree(base_root, args.base_layout, args.allow_input_symlinks)
+        tree.check_root()
+        decl, old, new = rehash(args.series, patches_dir, tree)
     except PatchChainError as e:
         print(f"rehash {args.series}: {e}", file=sys.stderr)
         return 1

@@ -149,6 +149,7 @@ MODULE = "".join(f"def f{i}():\n    return {i}\n\n\n" for i in range(20))
 @pytest.fixture
 def synth(tmp_path: Path) -> Synth:
     s = Synth(tmp_path)
+    s.base_file("python/sglang/__init__.py", "")
     s.base_file(P + "mod.py", MODULE)
     s.base_file(P + "other.py", "X = 1\n")
     s.base_file(P + "pinned.py", "PINNED = True\n")

@@ -145,3 +145,11 @@ def test_check_mode_writes_nothing(synth, capsys):
     rc, err = synth.apply("v2", capsys, "--check")
     assert rc == 0, err
     assert not synth.out.exists()
+
+
+def test_wrong_base_root_or_layout(synth, capsys):
+    stacked(synth)
+    rc, err = synth.apply("v2", capsys, "--base-layout", "git")
+    assert rc == 1
+    assert f"the base root {synth.base} does not hold python/sglang/__init__.py" in err
+    assert "--base-layout package" in err
