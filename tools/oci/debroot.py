@@ -195,7 +195,8 @@ def relock(args: argparse.Namespace) -> None:
     new = Lock(tuple(args.root_pkg), tuple(args.exclude), tuple(sorted(pins)))
     out.write_text(new.render())
     changes = drift_report(list(old.pins), list(new.pins)) if old else []
-    print(f"wrote {out}: {len(pins)} packages" + (f", {len(changes)} changed:" if old else ""))
+    summary = f", {len(changes)} changed" + (":" if changes else "") if old else ""
+    print(f"wrote {out}: {len(pins)} packages{summary}")
     for d in changes:
         print(f"  {d['name']}: {d['locked'] or '(new)'} -> {d['used'] or '(removed)'}")
 
