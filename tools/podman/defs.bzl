@@ -1,5 +1,13 @@
-"""Public API: tests that run a pytest suite inside a built OCI image (podman, else bwrap)."""
+"""Public API: run things inside built OCI images (podman, else bubblewrap).
+
+    load("//tools/podman:defs.bzl", "image_suite_test", "image_files")
+
+image_suite_test: a pytest suite inside an image, judged "all-pass" or "stock-bugs".
+image_files: <name>.json naming an image's layout, digest and layer blobs, all in runfiles.
+"""
 
 load("//tools/podman/private:image_test.bzl", _image_suite_test = "image_suite_test")
+load("//tools/podman/private:launcher.bzl", _image_files = "image_files")
 
 image_suite_test = _image_suite_test
+image_files = _image_files

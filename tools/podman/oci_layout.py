@@ -34,7 +34,7 @@ class Layer:
     digest: str  # sha256:<hex> of the blob as stored (== diff_id for uncompressed layers)
     media_type: str
     size: int
-    path: Path  # blob file inside the layout
+    path: Path | None  # blob file (inside the layout or given with --blob); None: shallow, in a registry
 
 
 @dataclass(frozen=True)
@@ -110,14 +110,17 @@ def parse_blob_args(items: list[str]) -> dict[str, Path]:
 
 
 def link_view(image: "Image", dest: Path) -> Path:
-    """A complete OCI layout at `dest` whose blobs are symlinks to the real files."""
+    """An OCI layout at `dest` whose blobs are symlinks to the real files.
+
+    Complete unless the image has shallow layers (path None), which are left out.
+    """
     blob_dir = dest / "blobs" / "sha256"
     blob_dir.mkdir(parents=True)
     for name in ("oci-layout", "index.json"):
         (dest / name).write_bytes((image.layout / name).read_bytes())
     sources = {image.manifest_digest: _blob_path(image.layout, image.manifest_digest),
                image.config_digest: _blob_path(image.layout, image.config_digest)}
-    sources.update({layer.digest: layer.path for layer in image.layers})
+    sources.update({layer.digest: layer.path for layer in image.layers if layer.path is not None})
     for digest, source in sources.items():
         link = blob_dir / digest.split(":", 1)[1]
         if not link.exists():
@@ -140,10 +143,12 @@ def find_layout(candidates: list[Path]) -> Path:
     return layouts[0]
 
 
-def read_image(layout: Path, blobs: dict[str, Path] | None = None) -> Image:
+def read_image(layout: Path, blobs: dict[str, Path] | None = None, allow_shallow: bool = False) -> Image:
     """Reads the single image of `layout` (its index.json must list exactly one manifest).
 
-    `blobs` supplies layer blobs kept outside the layout (see parse_blob_args).
+    `blobs` supplies layer blobs kept outside the layout (see parse_blob_args). With
+    `allow_shallow`, layers whose blob is nowhere (a shallow-pulled base: the blobs stay in the
+    registry) get path None instead of an error.
     """
     layout = Path(layout)
     blobs = blobs or {}
@@ -165,7 +170,9 @@ def read_image(layout: Path, blobs: dict[str, Path] | None = None) -> Image:
     layers = []
     for item in manifest.get("layers", []):
         path = blobs.get(item["digest"]) or _blob_path(layout, item["digest"])
-        if not path.exists():
+        if not path.exists() and allow_shallow:
+            path = None
+        elif not path.exists():
             raise LayoutError(
                 f"{layout}: layer {item['digest']} is neither in the layout nor given with --blob"
                 " (pass the image's layer blobs, or use the self-contained <image>.layout target)"

@@ -25,9 +25,19 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.podman.oci_layout import LayoutError, find_layout, link_view, parse_blob_args, read_image  # noqa: E402
+from tools.podman.oci_layout import Image, LayoutError, find_layout, link_view, parse_blob_args, read_image  # noqa: E402
 from tools.release import record as record_lib  # noqa: E402
-from tools.release.registry import RefError, RegistryError, Skopeo, check_tag, parse_repository  # noqa: E402
+from tools.release.registry import (  # noqa: E402
+    RefError,
+    RegistryError,
+    Repository,
+    Skopeo,
+    check_tag,
+    parse_repository,
+)
+
+BASE_NAME_LABEL = "org.opencontainers.image.base.name"
+BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
 
 
 class PushError(Exception):
@@ -40,6 +50,48 @@ def default_policy_dir() -> Path:
     return default_cache_root() / "skopeo"
 
 
+def seed_shallow_base(image: Image, repository: Repository, skopeo: Skopeo) -> str | None:
+    """Copies a shallow base into the destination repository; returns the tag used (or None).
+
+    An image built on a shallow-pulled base (--config=prod) has no blobs for the base layers:
+    the registry must already hold them in the destination repository, where skopeo finds and
+    reuses them. So the base is first copied there, registry to registry, by its digest (its
+    name and digest are the image's org.opencontainers.image.base.* labels).
+    """
+    if all(layer.path is not None for layer in image.layers):
+        return None
+    labels = image.labels
+    name, digest = labels.get(BASE_NAME_LABEL), labels.get(BASE_DIGEST_LABEL)
+    if not name or not digest:
+        raise PushError(f"{image.layout}: shallow layers but no base name/digest labels to copy them from")
+    try:
+        source = parse_repository(name)
+    except RefError as err:
+        raise PushError(f"base {name!r} of a shallow image is not a registry repository: {err}") from None
+    base_tag = "glm53-base-" + digest.split(":", 1)[1][:12]
+    if skopeo.manifest_digest(repository, base_tag) != digest:
+        print(f"push: copying the shallow base {source}@{digest} to {repository}:{base_tag} (blobs only once)")
+        skopeo.copy_between(source, digest, repository, base_tag)
+    return base_tag
+
+
+def push_image(image: Image, repository: Repository, tag: str, skopeo: Skopeo) -> str:
+    """Pushes byte for byte; returns the digest the registry serves for REPO:TAG, checked."""
+    seed_shallow_base(image, repository, skopeo)
+    with tempfile.TemporaryDirectory(prefix="push.") as tmp:
+        # A symlink view: tools/oci layouts keep the base layer blobs outside the layout.
+        view = link_view(image, Path(tmp) / "layout")
+        pushed = skopeo.push(view, repository, tag, Path(tmp) / "digest")
+    served = skopeo.manifest_digest(repository, tag)
+    print(f"push: skopeo reported {pushed}; {repository}:{tag} serves {served}; built {image.manifest_digest}")
+    if pushed != image.manifest_digest or served != image.manifest_digest:
+        raise PushError(
+            f"the registry does not hold the built image: skopeo reported {pushed}, {repository}:{tag}"
+            f" serves {served}, built {image.manifest_digest}; nothing was recorded"
+        )
+    return served
+
+
 def push(args: argparse.Namespace) -> int:
     try:
         repository = parse_repository(args.repository)
@@ -49,7 +101,7 @@ def push(args: argparse.Namespace) -> int:
     facts = record_lib.Facts.load(args.facts)
     built = record_lib.read_built_digest(args.digest_file)
     record_lib.check_facts_match_build(facts, built, args.digest_file)
-    image = read_image(find_layout([Path(p) for p in args.layout]), parse_blob_args(args.blob))
+    image = read_image(find_layout([Path(p) for p in args.layout]), parse_blob_args(args.blob), allow_shallow=True)
     if image.manifest_digest != built:
         raise PushError(
             f"layout {image.layout} holds {image.manifest_digest}, but {args.digest_file} says {built};"
@@ -80,17 +132,7 @@ def push(args: argparse.Namespace) -> int:
             f"{repository}:{tag} already names {current}; refusing to move the tag to {built}"
             " (pick a new tag, or pass --allow-tag-move)"
         )
-    with tempfile.TemporaryDirectory(prefix="push.") as tmp:
-        # A symlink view: tools/oci layouts keep the base layer blobs outside the layout.
-        view = link_view(image, Path(tmp) / "layout")
-        pushed = skopeo.push(view, repository, tag, Path(tmp) / "digest")
-    served = skopeo.manifest_digest(repository, tag)
-    print(f"push: skopeo reported {pushed}; {repository}:{tag} serves {served}; built {built}")
-    if pushed != built or served != built:
-        raise PushError(
-            f"the registry does not hold the built image: skopeo reported {pushed}, {repository}:{tag}"
-            f" serves {served}, built {built}; nothing was recorded"
-        )
+    served = push_image(image, repository, tag, skopeo)
     workspace = os.environ.get("BUILD_WORKSPACE_DIRECTORY")
     record = record_lib.plan_push(
         existing, facts, str(repository), tag, served,

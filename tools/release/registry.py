@@ -133,6 +133,15 @@ class Skopeo:
         ])
         return digest_out.read_text().strip()
 
+    def copy_between(self, source: Repository, digest: str, dest: Repository, tag: str) -> None:
+        """Registry to registry, byte for byte (a shallow base into the push destination)."""
+        self._run([
+            "copy", "--preserve-digests", "--retry-times", "3",
+            *self._tls(source, "--src-tls-verify"), *self._tls(dest, "--dest-tls-verify"),
+            *self._auth("--src-authfile"), *self._auth("--dest-authfile"),
+            source.docker_ref(digest=digest), dest.docker_ref(tag=tag),
+        ])
+
     def copy_to_layout(self, repository: Repository, digest: str, layout: Path) -> None:
         self._run([
             "copy", "--preserve-digests",

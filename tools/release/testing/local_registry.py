@@ -112,6 +112,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", type=Path, required=True, help="storage and config directory")
     args = parser.parse_args(argv)
+    # SIGTERM ends the program like Ctrl-C does, so the registry child is stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     with LocalRegistry(args.dir) as registry:
         print(f"registry at {registry.address} (pid {registry.process.pid}); Ctrl-C stops it", flush=True)
         try:
