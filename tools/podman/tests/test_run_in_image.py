@@ -117,6 +117,17 @@ def test_thin_layout_with_external_blobs(images, tmp_path: Path) -> None:
     assert run_in_image.main(base + blob_args) == 0
 
 
+def test_auto_falls_back_to_bubblewrap(images, monkeypatch, capsys) -> None:
+    from tools.podman import podman_backend
+
+    monkeypatch.setattr(podman_backend, "unavailable_reason", lambda config: "podman is not installed")
+    monkeypatch.setenv("GLM53_ENGINE_CACHE", str(images["stock"].parent / "fallback-cache"))
+    assert run_in_image.main(["run", "--layout", str(images["stock"]), "--", "python3", "-c", "pass"]) == 0
+    err = capsys.readouterr().err
+    assert "podman unavailable (podman is not installed); using bubblewrap" in err
+    assert "backend=bwrap" in err
+
+
 def test_missing_layout_is_a_clear_error(tmp_path: Path, capsys) -> None:
     assert run_in_image.main(["info", "--layout", str(tmp_path)]) == 1
     assert "exactly one OCI layout directory" in capsys.readouterr().err
