@@ -6,7 +6,7 @@ def _quote(s):
     return "'" + s.replace("'", "'\"'\"'") + "'"
 
 def _impl(ctx):
-    args = []
+    args = list(ctx.attr.fixed_args)
     files = []
     blobs = {}
     by_arm = {arm: target for target, arm in ctx.attr.images.items()}
@@ -38,6 +38,7 @@ lab_runner = rule(
     doc = "Wraps a lab py_binary so `bazel run` passes it the images (arm name -> image target).",
     attrs = {
         "binary": attr.label(mandatory = True, executable = True, cfg = "target"),
+        "fixed_args": attr.string_list(doc = "arguments before the images' and the caller's"),
         # image target -> arm name (label_keyed_string_dict: Bazel 4 has no string-keyed label dict)
         "images": attr.label_keyed_string_dict(mandatory = True, providers = [OciImageInfo]),
     },

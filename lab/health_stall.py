@@ -6,7 +6,7 @@ For each arm (the stock CPU base image, then //recipes:glm53_v3) one podman cont
 network runs lab/in_container/session.py: the real `python3 -m sglang.launch_server` with a
 fake scheduler plugin, a /health prober process and a client sending seeded synthetic
 requests one at a time (and, with --flood-minutes, a flood of new multi-MB conversations).
-A first short container trains the tiny model directory both arms then mount read-only.
+A first short container trains the tiny model directories both arms then mount read-only.
 
 Writes to --out: results.json ({"requests": [...]}, the agreed shape), results.md (table),
 health-stall.png (probe latency over time, both arms), flood.json / flood.png with a flood,
@@ -39,8 +39,8 @@ from tools.podman.spec import Mount, default_cache_root
 
 IN_CONTAINER = Path(__file__).resolve().parent / "in_container"
 ARMS = ("stock", "v3")
-FULL_REQUESTS = ["chat_4.7MB", "generate_5MB", "chat_1MB", "multimodal_8x1024px"]
-LAB_DIR, MODEL_DIR, OUT_DIR = "/lab", "/model", "/out"
+FULL_REQUESTS = ["chat_4.7MB", "generate_5MB", "chat_1MB", "multimodal_64_images"]
+LAB_DIR, MODEL_DIR, VISION_MODEL_DIR, OUT_DIR = "/lab", "/model", "/vision-model", "/out"
 
 
 class UsageError(Exception):
@@ -128,7 +128,8 @@ class Lab:
 
 def session_command(args: argparse.Namespace, requests: list[str]) -> list[str]:
     command = [
-        "python3", f"{LAB_DIR}/session.py", "--model", MODEL_DIR, "--out", OUT_DIR,
+        "python3", f"{LAB_DIR}/session.py", "--model", MODEL_DIR, "--vision-model", VISION_MODEL_DIR,
+        "--out", OUT_DIR,
         "--interval-ms", str(10.0 if args.fine else 200.0),
     ]
     if requests:
@@ -149,7 +150,7 @@ def write_outputs(args: argparse.Namespace, out: Path, requests: list[str]) -> d
     for arm in ARMS:
         session = results.load_session(out / "arms" / arm)
         if requests:
-            probes[arm] = results.load_probes(out / "arms" / arm / "probes.jsonl")
+            probes[arm] = results.arm_probes(out / "arms" / arm)
             windows[arm] = [(r["name"], r["sent"], r["done"]) for r in session["requests"]]
     if requests:
         interval = "10 ms" if args.fine else "200 ms"
@@ -221,15 +222,17 @@ def main(argv: list[str]) -> int:
                                   "layout": str(images[arm].layout)}
         print(f"health_stall: images loaded ({time.monotonic() - started:.0f} s); output in {out}", flush=True)
 
-        model = out / "model"
-        if not (model / "tokenizer.json").is_file():
-            shutil.rmtree(model, ignore_errors=True)
-            model.mkdir(parents=True)
+        # Made once, in the stock image (it has `tokenizers`), and mounted read-only in both arms.
+        models = out / "models"
+        if not (models / "vision" / "processor_config.json").is_file():
+            shutil.rmtree(models, ignore_errors=True)
+            models.mkdir(parents=True)
             code_model = lab.run_container(
-                image_ids["stock"], "model", ["python3", f"{LAB_DIR}/model_dir.py", "--out", OUT_DIR],
-                [Mount(lab_files, LAB_DIR), Mount(model, OUT_DIR, read_only=False)], 300.0, out / "model.log")
+                image_ids["stock"], "models",
+                ["python3", f"{LAB_DIR}/model_dir.py", "--text", f"{OUT_DIR}/text", "--vision", f"{OUT_DIR}/vision"],
+                [Mount(lab_files, LAB_DIR), Mount(models, OUT_DIR, read_only=False)], 300.0, out / "models.log")
             if code_model != 0:
-                raise ContainerError(f"making the model directory failed (exit {code_model}); see {out / 'model.log'}")
+                raise ContainerError(f"making the model directories failed (exit {code_model}); see {out / 'models.log'}")
 
         command = session_command(args, requests)
         facts["session_command"] = command
@@ -241,7 +244,8 @@ def main(argv: list[str]) -> int:
             print(f"health_stall: arm {arm}: starting {images[arm].manifest_digest[:19]}...", flush=True)
             arm_code = lab.run_container(
                 image_ids[arm], arm, command,
-                [Mount(lab_files, LAB_DIR), Mount(model, MODEL_DIR), Mount(arm_dir, OUT_DIR, read_only=False)],
+                [Mount(lab_files, LAB_DIR), Mount(models / "text", MODEL_DIR), Mount(models / "vision", VISION_MODEL_DIR),
+                 Mount(arm_dir, OUT_DIR, read_only=False)],
                 arm_timeout, arm_dir / "container.log")
             facts["arms"][arm].update({"exit": arm_code, "seconds": round(time.monotonic() - t0, 1)})
             print(f"health_stall: arm {arm}: exit {arm_code} after {time.monotonic() - t0:.0f} s", flush=True)

@@ -76,8 +76,13 @@ def chart(
             axis.text(start - origin, top * 1.4, name, fontsize=8, va="bottom")
         ok = [p for p in samples if p.status == 200]
         bad = [p for p in samples if p.status != 200]
-        axis.plot([p.start - origin for p in ok], [max(p.ms, 0.1) for p in ok], ".-", ms=3, lw=0.6, color="C0",
-                  label="/health latency")
+        # Each probe at its start time; a stuck probe also gets a bar over the time it waited.
+        axis.plot([p.start - origin for p in ok], [max(p.ms, 0.1) for p in ok], ".", ms=3, color="C0",
+                  label="/health latency (probe start)")
+        slow = [p for p in ok if p.ms >= 100]
+        if slow:
+            axis.hlines([p.ms for p in slow], [p.start - origin for p in slow], [p.end - origin for p in slow],
+                        color="C0", lw=1.2)
         if bad:
             axis.plot([p.start - origin for p in bad], [max(p.ms, 0.1) for p in bad], "x", color="C3",
                       label="failed / timed out")

@@ -152,15 +152,25 @@ def flood_stats(probes: list[Probe], start: float, end: float, requests: list[di
 
 
 def arm_request_stats(arm_dir: Path) -> dict[str, ArmStats]:
-    """{request name: stats} for one arm's directory (session.json + probes.jsonl)."""
+    """{request name: stats} for one arm's directory (session.json + its probe files)."""
     session = load_session(arm_dir)
-    probes = load_probes(arm_dir / "probes.jsonl") if session.get("requests") else []
+    files: dict[str, list[Probe]] = {}
     out = {}
     for req in session.get("requests", []):
         if req.get("error") or req.get("prompt_tokens") is None:
             raise ResultsError(f"{arm_dir / 'session.json'}: request {req.get('name')} failed: {req.get('error')}")
-        out[req["name"]] = request_stats(probes, req["sent"], req["done"], req["prompt_tokens"])
+        name = req.get("probe_file", "probes.jsonl")
+        if name not in files:
+            files[name] = load_probes(arm_dir / name)
+        out[req["name"]] = request_stats(files[name], req["sent"], req["done"], req["prompt_tokens"])
     return out
+
+
+def arm_probes(arm_dir: Path) -> list[Probe]:
+    """Every probe of the arm's request phases (all probe files its requests name), by time."""
+    session = load_session(arm_dir)
+    names = dict.fromkeys(req.get("probe_file", "probes.jsonl") for req in session.get("requests", []))
+    return sorted((p for name in names for p in load_probes(arm_dir / name)), key=lambda p: p.start)
 
 
 def load_session(arm_dir: Path) -> dict:

@@ -8,10 +8,11 @@ Runs inside the arm's container (or on a host with sglang importable, for develo
 2. starts prober.py as a second process polling /health;
 3. sends the named requests one at a time (1 s of quiet before and after each), then
    optionally the flood (new multi-MB conversations at a fixed rate, probes with a 3 s timeout);
-4. stops the prober and the server's whole process group (SIGTERM, bounded wait, SIGKILL),
-   removes /dev/shm segments the server left, and writes session.json.
+4. for multimodal requests, does 1-3 again with the vision model (a second server);
+5. stops the prober and each server's whole process group (SIGTERM, bounded wait, SIGKILL),
+   removes /dev/shm segments a server left, and writes session.json.
 
-    python3 session.py --model DIR --out DIR --requests chat_4.7MB generate_5MB
+    python3 session.py --model DIR [--vision-model DIR] --out DIR --requests chat_4.7MB generate_5MB
 """
 
 from __future__ import annotations
@@ -39,16 +40,21 @@ SETTLE_S = 1.0
 FLOOD_PROBE_TIMEOUT_S = 3.0
 
 
+# name -> (phase, factory). The "vision" phase runs on the vision model's server.
 def _named_requests() -> dict:
     return {
-        "chat_4.7MB": lambda: workload.chat("chat_4.7MB", seed=47, total_bytes=4_700_000),
-        "generate_5MB": lambda: workload.generate("generate_5MB", seed=50, total_bytes=5_000_000),
-        "chat_1MB": lambda: workload.chat("chat_1MB", seed=10, total_bytes=1_000_000),
-        "multimodal_8x1024px": lambda: workload.multimodal_chat("multimodal_8x1024px", seed=64, images=8, side=1024),
+        "chat_4.7MB": ("text", lambda: workload.chat("chat_4.7MB", seed=47, total_bytes=4_700_000)),
+        "generate_5MB": ("text", lambda: workload.generate("generate_5MB", seed=50, total_bytes=5_000_000)),
+        "chat_1MB": ("text", lambda: workload.chat("chat_1MB", seed=10, total_bytes=1_000_000)),
+        # 64 small PNGs; the Gemma3 processor makes each a 3 x 896 x 896 float32 feature, so the
+        # request carries ~617 MB of features through the dispatch-time /dev/shm copy.
+        "multimodal_64_images": ("vision", lambda: workload.multimodal_chat(
+            "multimodal_64_images", seed=64, images=64, side=64)),
     }
 
 
 REQUEST_NAMES = sorted(_named_requests())
+VISION_SERVER_ARGS = ["--enable-multimodal", "--image-processor-backend", "pil"]
 
 
 class SessionError(Exception):
@@ -66,12 +72,13 @@ class Sent:
     status: int = 0
     prompt_tokens: int | None = None
     error: str | None = None
+    probe_file: str = "probes.jsonl"
 
 
 @dataclass
 class Report:
-    server_command: list[str]
-    server_ready_s: float = 0.0
+    server_commands: list[list[str]] = field(default_factory=list)
+    server_ready_s: list[float] = field(default_factory=list)
     requests: list[Sent] = field(default_factory=list)
     flood: dict | None = None
     shm_before: list[str] = field(default_factory=list)
@@ -114,7 +121,7 @@ def send(port: int, req: "workload.Request", timeout_s: float) -> Sent:
 class Server:
     """The real sglang HTTP server, in its own process group."""
 
-    def __init__(self, model: Path, port: int, out: Path, extra_args: list[str]) -> None:
+    def __init__(self, model: Path, port: int, out: Path, extra_args: list[str], name: str = "server") -> None:
         self.port = port
         self.command = [
             sys.executable, "-m", "sglang.launch_server",
@@ -131,8 +138,13 @@ class Server:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
         env["SGLANG_PLUGINS"] = "lab_fake_scheduler"
         env["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] = "0"
-        env["LAB_FAKE_SCHEDULER_LOG"] = str(out / "scheduler.jsonl")
-        self._log = (out / "server.log").open("ab")
+        env["LAB_FAKE_SCHEDULER_LOG"] = str(out / f"{name}.scheduler.jsonl")
+        # The images carry no lscpu (util-linux), which sglang's --device cpu memory probe runs
+        # (get_cpu_memory_capacity -> parse_lscpu_topology). A thread binding makes it skip the
+        # probe; only the real scheduler reads the binding, and the fake one binds nothing.
+        env.setdefault("SGLANG_CPU_OMP_THREADS_BIND", "all")
+        self.log_path = out / f"{name}.log"
+        self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             self.command, env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -151,7 +163,8 @@ class Server:
                     continue
         return pids
 
-    def wait_ready(self, timeout_s: float, log: Path) -> float:
+    def wait_ready(self, timeout_s: float) -> float:
+        log = self.log_path
         start = time.monotonic()
         while time.monotonic() - start < timeout_s:
             if self.proc.poll() is not None:
@@ -225,13 +238,14 @@ def _remove_server_shm(before: list[str], pids: set[int]) -> list[str]:
     return removed
 
 
-def run_requests(port: int, names: list[str], timeout_s: float) -> list[Sent]:
+def run_requests(port: int, names: list[str], timeout_s: float, probe_file: str) -> list[Sent]:
     factories = _named_requests()
     sent = []
     for name in names:
-        req = factories[name]()  # built before the quiet period, so building is not measured
+        req = factories[name][1]()  # built before the quiet period, so building is not measured
         time.sleep(SETTLE_S)
         record = send(port, req, timeout_s)
+        record.probe_file = probe_file
         print(f"session: {name}: HTTP {record.status} in {record.done - record.sent:.2f} s,"
               f" prompt_tokens={record.prompt_tokens} {record.error or ''}", flush=True)
         sent.append(record)
@@ -271,18 +285,90 @@ def run_flood(port: int, minutes: float, rps: float, body_bytes: int, timeout_s:
     }
 
 
-def warm_up(port: int) -> None:
-    """Tiny chat and /generate requests, unmeasured: first-use imports and template compiles."""
-    for req in (workload.chat("warmup_chat", seed=1, total_bytes=2000),
-                workload.generate("warmup_generate", seed=2, total_bytes=2000)):
-        record = send(port, req, timeout_s=60)
+def warm_up(port: int, phase: str) -> None:
+    """Small unmeasured requests: first-use imports, template compiles, worker pools."""
+    if phase == "vision":
+        reqs = [workload.multimodal_chat("warmup_vision", seed=3, images=1, side=32)]
+    else:
+        reqs = [workload.chat("warmup_chat", seed=1, total_bytes=2000),
+                workload.generate("warmup_generate", seed=2, total_bytes=2000)]
+    for req in reqs:
+        record = send(port, req, timeout_s=120)
         if record.error:
             raise SessionError(f"warm-up {req.name} failed: {record.error}")
 
 
+class Session:
+    """Runs the phases in order and always stops what it started."""
+
+    def __init__(self, args: argparse.Namespace, report: Report) -> None:
+        self.args = args
+        self.report = report
+        self.server: Server | None = None
+        self.prober: Prober | None = None
+        self.server_pids: set[int] = set()
+
+    def start_server(self, model: Path, extra: list[str], name: str) -> None:
+        self.server = Server(model, self.args.port, self.args.out, [*extra, *self.args.server_arg], name)
+        self.report.server_commands.append(self.server.command)
+        ready = self.server.wait_ready(self.args.server_timeout_s)
+        self.report.server_ready_s.append(round(ready, 1))
+        print(f"session: {name} ready after {ready:.1f} s", flush=True)
+
+    def start_prober(self, timeout_s: float, file_name: str) -> None:
+        self.prober = Prober(self.args.port, self.args.interval_ms, timeout_s, self.args.out / file_name)
+
+    def stop_prober(self) -> None:
+        if self.prober is not None:
+            self.prober.stop()
+            self.prober = None
+
+    def stop_server(self) -> None:
+        if self.server is not None:
+            self.report.leftover_pids += self.server.stop()
+            self.server_pids |= self.server.pids
+            self.server = None
+
+    def run(self) -> None:
+        args, report = self.args, self.report
+        phases = {name: _named_requests()[name][0] for name in args.requests}
+        text = [name for name in args.requests if phases[name] == "text"]
+        vision = [name for name in args.requests if phases[name] == "vision"]
+        if text or args.flood_minutes > 0:
+            self.start_server(args.model, [], "server")
+            warm_up(args.port, "text")
+            if text:
+                self.start_prober(60.0, "probes.jsonl")
+                report.requests += run_requests(args.port, text, args.request_timeout_s, "probes.jsonl")
+                self.stop_prober()
+            if args.flood_minutes > 0:
+                time.sleep(SETTLE_S)
+                self.start_prober(FLOOD_PROBE_TIMEOUT_S, "flood_probes.jsonl")
+                time.sleep(SETTLE_S)
+                report.flood = run_flood(args.port, args.flood_minutes, args.flood_rps, args.flood_bytes,
+                                         args.request_timeout_s)
+                time.sleep(SETTLE_S)
+                self.stop_prober()
+            self.stop_server()
+        if vision:
+            if args.vision_model is None:
+                raise SessionError(f"{vision} need --vision-model")
+            self.start_server(args.vision_model, VISION_SERVER_ARGS, "vision-server")
+            warm_up(args.port, "vision")
+            self.start_prober(60.0, "vision_probes.jsonl")
+            report.requests += run_requests(args.port, vision, args.request_timeout_s, "vision_probes.jsonl")
+            self.stop_prober()
+            self.stop_server()
+
+    def close(self) -> None:
+        self.stop_prober()
+        self.stop_server()
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", type=Path, required=True, help="model directory (model_dir.py)")
+    parser.add_argument("--model", type=Path, required=True, help="text model directory (model_dir.py --text)")
+    parser.add_argument("--vision-model", type=Path, help="vision model directory (model_dir.py --vision)")
     parser.add_argument("--out", type=Path, required=True, help="writable directory for logs and session.json")
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--requests", nargs="*", default=[], choices=REQUEST_NAMES, help="sent one at a time")
@@ -296,38 +382,17 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     args.out.mkdir(parents=True, exist_ok=True)
-    report = Report(server_command=[])
+    report = Report()
     report.shm_before = _shm_entries()
-    server = prober = None
+    session = Session(args, report)
     try:
-        server = Server(args.model, args.port, args.out, args.server_arg)
-        report.server_command = server.command
-        report.server_ready_s = server.wait_ready(args.server_timeout_s, args.out / "server.log")
-        print(f"session: server ready after {report.server_ready_s:.1f} s", flush=True)
-        warm_up(args.port)
-        if args.requests:
-            prober = Prober(args.port, args.interval_ms, 60.0, args.out / "probes.jsonl")
-            report.requests = run_requests(args.port, args.requests, args.request_timeout_s)
-            prober.stop()
-            prober = None
-        if args.flood_minutes > 0:
-            time.sleep(SETTLE_S)
-            prober = Prober(args.port, args.interval_ms, FLOOD_PROBE_TIMEOUT_S, args.out / "flood_probes.jsonl")
-            time.sleep(SETTLE_S)
-            report.flood = run_flood(args.port, args.flood_minutes, args.flood_rps, args.flood_bytes,
-                                     args.request_timeout_s)
-            time.sleep(SETTLE_S)
-            prober.stop()
-            prober = None
+        session.run()
     except SessionError as err:
         report.error = str(err)
         print(f"session: error: {err}", file=sys.stderr, flush=True)
     finally:
-        if prober is not None:
-            prober.stop()
-        if server is not None:
-            report.leftover_pids = server.stop()
-            report.shm_removed = _remove_server_shm(report.shm_before, server.pids)
+        session.close()
+        report.shm_removed = _remove_server_shm(report.shm_before, session.server_pids)
         report.shm_after = _shm_entries()
         (args.out / "session.json").write_text(json.dumps(asdict(report), indent=1) + "\n")
     return 1 if report.error or report.leftover_pids else 0
