@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,7 @@ def setup(tmp_path_factory):
         skopeo = Skopeo(policy=tmp / "policy.json")
         skopeo.write_policy()
         yield tmp, registry, skopeo, _image(base_files), _image(engine_files), engine_files, base_files
+    shutil.rmtree(tmp, ignore_errors=True)  # registries holding the 2 GB base: do not keep them
 
 
 def _patch_layer(engine_files: dict, engine) -> tuple[str, str]:
