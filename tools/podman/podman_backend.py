@@ -46,6 +46,7 @@ graphroot = "{root}/graphroot"
 runroot = "{root}/runroot"
 """
 
+IMAGE_NAME = "localhost/glm53-engine/image"
 _REGISTRIES_CONF = "# Written by tools/podman/podman_backend.py: no search registries.\n"
 _POLICY = {"default": [{"type": "insecureAcceptAnything"}]}
 
@@ -145,7 +146,17 @@ def pull(config: PodmanConfig, spec: RunSpec) -> str:
             f"podman stored image {image_id}, but the layout's config is {expected};"
             " the layout changed while pulling, rebuild and retry"
         )
+    # One stable name per image instead of one per temporary view path.
+    _podman(config, "tag", image_id, f"{IMAGE_NAME}:{spec.image.manifest_digest.split(':', 1)[1][:16]}")
+    _podman(config, "untag", image_id, f"localhost{view}:latest")
     return image_id
+
+
+def prune(config: PodmanConfig) -> int:
+    """Removes every image of the project's storage that no container uses (no --force: a
+    test or lab run in progress keeps its image)."""
+    config.write()
+    return _podman(config, "rmi", "--all", capture=False).returncode
 
 
 def run(config: PodmanConfig, spec: RunSpec) -> int:

@@ -11,6 +11,7 @@ Examples:
       --tests /usr/share/glm53-engine/glm53_v3/tests --expect all-pass
   run_in_image.py suite --layout bazel-bin/recipes/bases/sglang_cpu_0_5_19 \\
       --host-tests patches/v1/tests/test_x.py patches/v1/tests/conftest.py --expect stock-bugs
+  run_in_image.py prune    # empty the podman storage and the rootfs cache
 """
 
 from __future__ import annotations
@@ -170,6 +171,16 @@ def cmd_suite(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prune(args: argparse.Namespace) -> int:
+    """Empties the runner's caches: podman's project storage and the unpacked rootfs trees."""
+    code = 0
+    if shutil.which("podman"):
+        code = podman_backend.prune(podman_backend.PodmanConfig(args.cache / "podman"))
+    shutil.rmtree(args.cache / "rootfs", ignore_errors=True)
+    print(f"run_in_image: pruned images in {args.cache / 'podman'} and {args.cache / 'rootfs'}")
+    return code
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="run_in_image.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -211,6 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
                          f" @{suite.STOCK_MARKER} tests fail")
     suite_p.add_argument("--pytest-arg", action="append", default=[], help="extra pytest argument")
     suite_p.set_defaults(func=cmd_suite)
+
+    prune_p = sub.add_parser("prune", help="remove cached images (podman storage: those no container"
+                             " uses; unpacked rootfs trees: all, so not while a bwrap run is going)")
+    prune_p.add_argument("--cache", type=Path, default=default_cache_root(), help="default: %(default)s")
+    prune_p.set_defaults(func=cmd_prune)
     return parser
 
 
