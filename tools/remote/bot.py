@@ -1,0 +1,192 @@
+"""A minimal REAPI worker for BuildGrid's Bots API (no worker ships on PyPI or in Debian).
+
+It leases actions, materializes their input tree from the CAS, runs the command in a scratch
+directory with the command's environment (no sandbox: it is a conformance worker on the same
+machine, not an isolation boundary), uploads outputs, and completes the lease with the
+ActionResult. Runs in the BuildGrid venv, whose wheel carries the generated protos.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import grpc
+from buildgrid._protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+from buildgrid._protos.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
+from buildgrid._protos.google.bytestream import bytestream_pb2, bytestream_pb2_grpc
+from buildgrid._protos.google.devtools.remoteworkers.v1test2 import bots_pb2, bots_pb2_grpc, worker_pb2
+from buildgrid._protos.google.rpc import code_pb2
+
+BATCH_LIMIT = 2 * 1024 * 1024  # above this, blobs go through ByteStream
+CHUNK = 1024 * 1024
+POLL_SECONDS = 5
+
+
+def digest_of(data: bytes) -> re_pb2.Digest:
+    return re_pb2.Digest(hash=hashlib.sha256(data).hexdigest(), size_bytes=len(data))
+
+
+class Cas:
+    def __init__(self, channel: grpc.Channel, instance: str) -> None:
+        self.cas = re_grpc.ContentAddressableStorageStub(channel)
+        self.bytestream = bytestream_pb2_grpc.ByteStreamStub(channel)
+        self.instance = instance
+
+    def read(self, digest: re_pb2.Digest) -> bytes:
+        if digest.size_bytes == 0:
+            return b""
+        if digest.size_bytes <= BATCH_LIMIT:
+            reply = self.cas.BatchReadBlobs(re_pb2.BatchReadBlobsRequest(instance_name=self.instance, digests=[digest]))
+            response = reply.responses[0]
+            if response.status.code != code_pb2.OK:
+                raise RuntimeError(f"CAS read of {digest.hash} failed: {response.status.message}")
+            return response.data
+        name = f"{self.instance}/blobs/{digest.hash}/{digest.size_bytes}".lstrip("/")
+        return b"".join(r.data for r in self.bytestream.Read(bytestream_pb2.ReadRequest(resource_name=name)))
+
+    def write(self, data: bytes) -> re_pb2.Digest:
+        digest = digest_of(data)
+        if digest.size_bytes <= BATCH_LIMIT:
+            request = re_pb2.BatchUpdateBlobsRequest(instance_name=self.instance)
+            request.requests.add(digest=digest, data=data)
+            self.cas.BatchUpdateBlobs(request)
+            return digest
+        name = f"{self.instance}/uploads/{uuid.uuid4()}/blobs/{digest.hash}/{digest.size_bytes}".lstrip("/")
+
+        def chunks():
+            for offset in range(0, len(data), CHUNK):
+                yield bytestream_pb2.WriteRequest(
+                    resource_name=name, write_offset=offset, data=data[offset : offset + CHUNK],
+                    finish_write=offset + CHUNK >= len(data),
+                )
+
+        self.bytestream.Write(chunks())
+        return digest
+
+    def fetch_tree(self, digest: re_pb2.Digest, root: Path) -> None:
+        directory = re_pb2.Directory.FromString(self.read(digest))
+        root.mkdir(parents=True, exist_ok=True)
+        for f in directory.files:
+            path = root / f.name
+            path.write_bytes(self.read(f.digest))
+            if f.is_executable:
+                path.chmod(0o755)
+        for link in directory.symlinks:
+            (root / link.name).symlink_to(link.target)
+        for d in directory.directories:
+            self.fetch_tree(d.digest, root / d.name)
+
+    def upload_dir(self, root: Path) -> re_pb2.Tree:
+        """Returns the REAPI Tree of `root`, uploading every file and Directory message."""
+        children: list[re_pb2.Directory] = []
+
+        def walk(path: Path) -> re_pb2.Directory:
+            directory = re_pb2.Directory()
+            for entry in sorted(path.iterdir(), key=lambda p: p.name):
+                if entry.is_dir() and not entry.is_symlink():
+                    child = walk(entry)
+                    children.append(child)
+                    directory.directories.add(name=entry.name, digest=self.write(child.SerializeToString()))
+                else:
+                    directory.files.add(
+                        name=entry.name, digest=self.write(entry.read_bytes()),
+                        is_executable=os.access(entry, os.X_OK),
+                    )
+            return directory
+
+        root_dir = walk(root)
+        return re_pb2.Tree(root=root_dir, children=children)
+
+
+def execute(cas: Cas, action: re_pb2.Action, scratch: Path) -> re_pb2.ActionResult:
+    command = re_pb2.Command.FromString(cas.read(action.command_digest))
+    workdir = scratch / "exec"
+    cas.fetch_tree(action.input_root_digest, workdir)
+    cwd = workdir / command.working_directory
+    for out in list(command.output_files) + list(command.output_directories) + list(command.output_paths):
+        (cwd / out).parent.mkdir(parents=True, exist_ok=True)
+    env = {v.name: v.value for v in command.environment_variables}
+    timeout = action.timeout.seconds or None
+    proc = subprocess.run(list(command.arguments), cwd=cwd, env=env, capture_output=True, timeout=timeout)
+    result = re_pb2.ActionResult(exit_code=proc.returncode)
+    result.stdout_digest.CopyFrom(cas.write(proc.stdout))
+    result.stderr_digest.CopyFrom(cas.write(proc.stderr))
+    for out in command.output_files:
+        path = cwd / out
+        if path.is_file():
+            result.output_files.add(path=out, digest=cas.write(path.read_bytes()), is_executable=os.access(path, os.X_OK))
+    for out in command.output_directories:
+        path = cwd / out
+        if path.is_dir():
+            tree = cas.upload_dir(path)
+            result.output_directories.add(path=out, tree_digest=cas.write(tree.SerializeToString()))
+    return result
+
+
+def serve(server: str, instance: str, scratch_root: Path, stop: list[bool]) -> None:
+    channel = grpc.insecure_channel(server, options=[("grpc.max_receive_message_length", 64 << 20)])
+    bots = bots_pb2_grpc.BotsStub(channel)
+    cas = Cas(channel, instance)
+    worker = worker_pb2.Worker()
+    device = worker.devices.add(handle="local")
+    device.properties.add(key="OSFamily", value="Linux")
+    session = bots.CreateBotSession(bots_pb2.CreateBotSessionRequest(
+        parent=instance, bot_session=bots_pb2.BotSession(bot_id=f"conformance-bot-{os.getpid()}", status=bots_pb2.OK, worker=worker),
+    ), timeout=POLL_SECONDS)
+    print(f"bot: session {session.name} on {server}", flush=True)
+    finished: set[str] = set()
+    while not stop[0]:
+        if os.environ.get("BOT_DEBUG"):
+            print(f"bot: leases {[(l.id, l.state) for l in session.leases]}", flush=True)
+        for lease in session.leases:
+            # A lease assigned while an earlier poll timed out comes back ACTIVE, not PENDING.
+            if lease.state not in (bots_pb2.LeaseState.PENDING, bots_pb2.LeaseState.ACTIVE) or lease.id in finished:
+                continue
+            lease.state = bots_pb2.LeaseState.ACTIVE
+            action = re_pb2.Action()
+            lease.payload.Unpack(action)
+            print(f"bot: lease {lease.id}: running action {digest_of(action.SerializeToString()).hash[:12]}", flush=True)
+            scratch = Path(tempfile.mkdtemp(dir=scratch_root))
+            try:
+                result = execute(cas, action, scratch)
+                lease.result.Pack(result)
+                lease.status.code = code_pb2.OK
+            except Exception as err:  # report, never wedge the lease
+                lease.status.code = code_pb2.INTERNAL
+                lease.status.message = f"conformance bot: {err!r}"
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            lease.state = bots_pb2.LeaseState.COMPLETED
+            finished.add(lease.id)
+            print(f"bot: lease {lease.id}: status {lease.status.code} {lease.status.message}", flush=True)
+        # BuildGrid long-polls for work until the call's deadline; without one it holds the call
+        # (and any lease it assigned meanwhile) far longer than the session's keepalive.
+        session = bots.UpdateBotSession(
+            bots_pb2.UpdateBotSessionRequest(name=session.name, bot_session=session), timeout=POLL_SECONDS,
+        )
+        if not any(l.state == bots_pb2.LeaseState.PENDING for l in session.leases):
+            time.sleep(0.2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("server", help="HOST:PORT of BuildGrid's Bots service, e.g. 127.0.0.1:50052")
+    parser.add_argument("--instance", default="")
+    parser.add_argument("--scratch", type=Path, default=Path(tempfile.gettempdir()))
+    args = parser.parse_args()
+    stop = [False]
+    signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__(0, True))
+    serve(args.server, args.instance, args.scratch, stop)
+
+
+if __name__ == "__main__":
+    main()

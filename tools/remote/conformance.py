@@ -1,0 +1,193 @@
+"""Remote cache and remote execution conformance against a real REAPI server (BuildGrid).
+
+    ./tools/bazel run //tools/remote:conformance -- [--mode cache|exec] [--targets ...]
+
+Starts BuildGrid 0.4.4 (hash-locked from PyPI) on 127.0.0.1 as CAS and action cache, and in
+`exec` mode also PostgreSQL (its scheduler database) and tools/remote/bot.py as the worker. Then
+runs `bazel test` on a representative subset twice, each time from a fresh output base, and
+asserts the second run was served from the remote cache. Every process it starts, it stops by
+process group; its scratch directory is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tools.remote.buildgrid_config import ServerConfig
+
+DEFAULT_TARGETS = ("//tools/ci/...", "//third_party/python/...", "//tools/python/...")
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+class ConformanceError(Exception):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ConformanceError(f"{what} exited with {proc.returncode} before listening on 127.0.0.1:{port}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        time.sleep(0.3)
+    raise ConformanceError(f"{what} did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
+
+
+class Processes:
+    """Starts children in their own process groups and stops them all, newest first."""
+
+    def __init__(self) -> None:
+        self.children: list[tuple[str, subprocess.Popen]] = []
+
+    def start(self, name: str, argv: list[str], log: Path, **kwargs) -> subprocess.Popen:
+        proc = subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True, **kwargs)
+        self.children.append((name, proc))
+        return proc
+
+    def stop_all(self) -> None:
+        for name, proc in reversed(self.children):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=5)
+        self.children.clear()
+
+
+def install_buildgrid(lock: Path) -> Path:
+    """pip --require-hashes into a cache dir keyed by the lock's sha256 (reused across runs)."""
+    key = hashlib.sha256(lock.read_bytes()).hexdigest()[:16]
+    target = Path.home() / ".cache" / "glm53-engine" / f"buildgrid-{key}"
+    if not (target / ".complete").exists():
+        shutil.rmtree(target, ignore_errors=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--require-hashes",
+             "--only-binary=:all:", "--target", str(target), "-r", str(lock)],
+            check=True,
+        )
+        (target / ".complete").touch()
+    return target
+
+
+def start_postgres(procs: Processes, scratch: Path) -> str:
+    if not (PG_BIN / "postgres").exists():
+        raise ConformanceError(f"PostgreSQL 15 is not installed ({PG_BIN}); run `apt-get install postgresql-15`")
+    data = scratch / "pg"
+    data.mkdir()
+    shutil.chown(data, "postgres")
+    shutil.chown(scratch, "postgres")
+    run_as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    subprocess.run(run_as + [str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "bgd"], check=True, stdout=subprocess.DEVNULL)
+    port = free_port()
+    proc = procs.start(
+        "postgres",
+        run_as + [str(PG_BIN / "postgres"), "-D", str(data), "-p", str(port), "-k", str(scratch), "-c", "listen_addresses=127.0.0.1"],
+        scratch / "postgres.log",
+    )
+    wait_for_port(port, proc, "PostgreSQL")
+    subprocess.run([str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "bgd", "bgd"], check=True)
+    return f"postgresql+psycopg2://bgd@127.0.0.1:{port}/bgd"
+
+
+def bazel_test(workspace: Path, output_base: Path, flags: list[str], targets: list[str], log: Path) -> str:
+    argv = [str(workspace / "tools" / "bazel"), f"--output_base={output_base}", "test", *flags, *targets]
+    proc = subprocess.run(argv, cwd=workspace, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log.write_text(proc.stdout)
+    subprocess.run([str(workspace / "tools" / "bazel"), f"--output_base={output_base}", "shutdown"], cwd=workspace, capture_output=True)
+    if proc.returncode != 0:
+        raise ConformanceError(f"bazel test failed ({proc.returncode}); last lines:\n" + "\n".join(proc.stdout.splitlines()[-25:]))
+    return proc.stdout
+
+
+def check_second_run_cached(output: str) -> tuple[int, int]:
+    """Every test of the second run must be (cached) and actions must hit the remote cache."""
+    results = re.findall(r"^(//\S+)\s+(\(cached\) )?PASSED", output, re.M)
+    uncached = [label for label, cached in results if not cached]
+    hits = re.search(r"(\d+) remote cache hit", output)
+    if not results:
+        raise ConformanceError("the second run reported no test results")
+    if uncached:
+        raise ConformanceError(f"not served from the remote cache on the second run: {uncached}")
+    if not hits:
+        raise ConformanceError("the second run reported no remote cache hits")
+    return len(results), int(hits.group(1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=("cache", "exec"), default="exec")
+    parser.add_argument("--targets", nargs="+", default=list(DEFAULT_TARGETS))
+    parser.add_argument("--keep", action="store_true", help="keep the scratch dir (logs) for debugging")
+    args = parser.parse_args(argv)
+    # A SIGTERM must still run the clean-up below (children live in their own process groups).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    workspace = Path(os.environ.get("BUILD_WORKSPACE_DIRECTORY", Path.cwd()))
+    runfiles_lock = Path(__file__).resolve().parent.parent.parent / "third_party" / "python" / "remote_conformance.lock"
+    lock = workspace / "third_party" / "python" / "remote_conformance.lock"
+    lock = lock if lock.exists() else runfiles_lock
+    scratch = Path(tempfile.mkdtemp(prefix="glm53-remote-"))
+    procs = Processes()
+    started = time.monotonic()
+    try:
+        site = install_buildgrid(lock)
+        env = {**os.environ, "PYTHONPATH": str(site)}
+        port = free_port()
+        postgres_url = start_postgres(procs, scratch) if args.mode == "exec" else None
+        if postgres_url:
+            subprocess.run([sys.executable, "-c", "from buildgrid.server.app import cli; cli()", "migrate", "apply", postgres_url],
+                           env=env, check=True, stdout=subprocess.DEVNULL)
+        config = scratch / "bgd.yml"
+        config.write_text(ServerConfig(port=port, storage_dir=scratch / "cas", postgres_url=postgres_url).render())
+        server = procs.start("buildgrid", [sys.executable, "-c", "from buildgrid.server.app import cli; cli()", "server", "start", str(config)],
+                             scratch / "buildgrid.log", env=env)
+        wait_for_port(port, server, "BuildGrid")
+        endpoint = f"grpc://127.0.0.1:{port}"
+        flags = ["--config=remote-cache", f"--remote_cache={endpoint}"]
+        if args.mode == "exec":
+            bot_env = {**env, "PYTHONPATH": f"{site}:{workspace}"}
+            procs.start("bot", [sys.executable, "-m", "tools.remote.bot", f"127.0.0.1:{port}", "--scratch", str(scratch)],
+                        scratch / "bot.log", env=bot_env, cwd=workspace)
+            flags = ["--config=remote", f"--remote_executor={endpoint}"]
+        first = bazel_test(workspace, scratch / "ob1", flags, args.targets, scratch / "run1.log")
+        remote_actions = re.search(r"(\d+) remote[,.]", first)
+        second = bazel_test(workspace, scratch / "ob2", flags, args.targets, scratch / "run2.log")
+        tests, hits = check_second_run_cached(second)
+        print(f"conformance ({args.mode}) against BuildGrid at {endpoint}: first run "
+              f"{remote_actions.group(1) if remote_actions else 0} remotely executed actions; second run from a clean "
+              f"output base: {tests} tests all (cached), {hits} remote cache hits; {time.monotonic() - started:.1f} s")
+        if args.mode == "exec" and not remote_actions:
+            raise ConformanceError("no action ran on the remote executor in the first run")
+        return 0
+    except (ConformanceError, subprocess.CalledProcessError) as err:
+        print(f"conformance: FAILED: {err} (logs in {scratch})", file=sys.stderr)
+        args.keep = True
+        return 1
+    finally:
+        procs.stop_all()
+        if not args.keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
