@@ -104,3 +104,13 @@ shallow_base = rule(
         "_tool": attr.label(default = "//tools/release:shallow_layout", executable = True, cfg = "host"),
     },
 )
+
+def _unpinned_base_impl(rctx):
+    fail(("{name}: no production base is pinned yet. --config=prod builds the recipes on the " +
+          "registry image declared as @{name} in WORKSPACE; replace `unpinned_base(name = \"{name}\")` " +
+          "with `oci_pull(name = \"{name}\", registry = ..., repository = ..., digest = \"sha256:...\")` " +
+          "naming the production image's manifest digest. The default CPU base needs no pin.").format(name = rctx.name))
+
+# Stands in for the production base until its digest is known: fetching it (only --config=prod
+# does) fails with the instructions above instead of "no such package".
+unpinned_base = repository_rule(implementation = _unpinned_base_impl)
