@@ -154,7 +154,7 @@ def write_outputs(args: argparse.Namespace, out: Path, requests: list[str]) -> d
             windows[arm] = [(r["name"], r["sent"], r["done"]) for r in session["requests"]]
     if requests:
         interval = "10 ms" if args.fine else "200 ms"
-        report.chart(out / "health-stall.png", probes, windows,
+        report.request_chart(out / "health-stall.png", probes, windows,
                      f"/health latency while one request at a time is preprocessed (probe every {interval})")
     if args.flood_minutes > 0:
         flood = {}
@@ -169,7 +169,7 @@ def write_outputs(args: argparse.Namespace, out: Path, requests: list[str]) -> d
             flood_windows[arm] = [("flood", record["start"], record["end"])]
         (out / "flood.json").write_text(json.dumps({arm: asdict(s) for arm, s in flood.items()}, indent=1) + "\n")
         table += "\n" + report.flood_table(flood, args.flood_rps, args.flood_minutes, args.flood_bytes)
-        report.chart(out / "flood.png", flood_probes, flood_windows,
+        report.timeline_chart(out / "flood.png", flood_probes, flood_windows,
                      f"/health during a flood of new {args.flood_bytes / 1e6:.0f} MB conversations at {args.flood_rps} rps")
     (out / "results.md").write_text(table)
     return summary

@@ -1,8 +1,9 @@
-"""The lab's human-readable outputs: a markdown table and a PNG chart of probe latency.
+"""The lab's human-readable outputs: markdown tables and PNG charts of probe latency.
 
 The table follows the reference evidence's shape (one request at a time, the worst /health
-probe per request, stock against patched); the chart plots every probe of both arms over time
-with the request windows shaded. matplotlib runs headless (Agg).
+probe per request, stock against patched). request_chart draws one panel per request with both
+arms' probes against the time since that request was sent; timeline_chart draws one panel per
+arm over a whole phase (the flood). matplotlib runs headless (Agg).
 """
 
 from __future__ import annotations
@@ -53,20 +54,79 @@ def flood_table(flood: dict[str, FloodStats], rps: float, minutes: float, body_b
     return "\n".join(lines) + "\n"
 
 
-def chart(
+ARM_COLORS = {"stock": "C3", "v3": "C0"}
+MARGIN_S = 1.5  # quiet time shown before and after each request
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def request_chart(
+    path: Path,
+    probes: dict[str, list[Probe]],
+    windows: dict[str, list[tuple[str, float, float]]],
+    title: str,
+) -> None:
+    """One panel per request: each arm's probes (log scale) against seconds since it was sent.
+
+    A probe is drawn at its start, with a bar over the time it waited; the dotted line of the
+    arm's colour marks when the arm's answer arrived.
+    """
+    plt = _pyplot()
+    arms = list(probes)
+    names = [name for name, _, _ in windows[arms[0]]]
+    fig, axes = plt.subplots(len(names), 1, figsize=(11, 2.6 * len(names)), squeeze=False)
+    top = max((p.ms for arm in arms for p in probes[arm]), default=1000.0)
+    for axis, name in zip(axes[:, 0], names):
+        for arm in arms:
+            color = ARM_COLORS.get(arm, "C2")
+            (_, sent, done), = [w for w in windows[arm] if w[0] == name]
+            near = [p for p in probes[arm] if p.end >= sent - MARGIN_S and p.start <= done + MARGIN_S]
+            # The same probes as the table's worst: those overlapping [sent, done].
+            worst = max((p.ms for p in near if p.end >= sent and p.start <= done), default=0.0)
+            axis.plot([p.start - sent for p in near], [max(p.ms, 0.1) for p in near], ".", ms=4, color=color,
+                      label=f"{arm} (worst {_ms(worst)})")
+            slow = [p for p in near if p.ms >= 50]
+            if slow:
+                axis.hlines([p.ms for p in slow], [p.start - sent for p in slow], [p.end - sent for p in slow],
+                            color=color, lw=1.5)
+            failed = [p for p in near if p.status != 200]
+            if failed:
+                axis.plot([p.start - sent for p in failed], [max(p.ms, 0.1) for p in failed], "x", color=color)
+            axis.axvline(done - sent, color=color, lw=0.8, ls=":")
+        axis.axvline(0.0, color="0.4", lw=0.8)
+        axis.axhline(OVER_MS, color="0.3", lw=0.8, ls="--")
+        axis.set_yscale("log")
+        axis.set_ylim(0.5, top * 3)
+        axis.set_ylabel("/health (ms)")
+        axis.set_title(name, loc="left", fontsize=10)
+        axis.grid(True, which="major", alpha=0.3)
+        axis.legend(loc="upper right", fontsize=8)
+    axes[-1, 0].set_xlabel("seconds since the request was sent (dotted: answer received; dashed: 3 s)")
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def timeline_chart(
     path: Path,
     probes: dict[str, list[Probe]],
     windows: dict[str, list[tuple[str, float, float]]],
     title: str,
 ) -> None:
     """One panel per arm: probe latency (log scale) against seconds since the arm's first probe."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     arms = list(probes)
-    fig, axes = plt.subplots(len(arms), 1, figsize=(11, 3.2 * len(arms)), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(len(arms), 1, figsize=(13, 3.2 * len(arms)), sharey=True, squeeze=False)
     top = max((p.ms for arm in arms for p in probes[arm]), default=1000.0)
     for axis, arm in zip(axes[:, 0], arms):
         samples = probes[arm]
@@ -92,7 +152,7 @@ def chart(
         axis.set_ylabel("probe latency (ms)")
         axis.set_title(arm, loc="left", fontsize=10)
         axis.grid(True, which="major", alpha=0.3)
-        axis.legend(loc="upper right", fontsize=8)
+        axis.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8)
     axes[-1, 0].set_xlabel("seconds since the arm's first probe")
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()

@@ -253,12 +253,17 @@ def run_requests(port: int, names: list[str], timeout_s: float, probe_file: str)
     return sent
 
 
-def run_flood(port: int, minutes: float, rps: float, body_bytes: int, timeout_s: float) -> dict:
-    """New conversations at a fixed rate (open loop: a slow server does not slow the sender)."""
+def flood_bodies(minutes: float, rps: float, body_bytes: int) -> list["workload.Request"]:
+    """The flood's conversations, each new (its own seed); made before any probing starts."""
     count = max(1, int(minutes * 60 * rps))
+    return [workload.conversation(f"flood_{i}", seed=1000 + i, total_bytes=body_bytes) for i in range(count)]
+
+
+def run_flood(port: int, bodies: list["workload.Request"], minutes: float, rps: float, body_bytes: int,
+              timeout_s: float) -> dict:
+    """Sends `bodies` at a fixed rate (open loop: a slow server does not slow the sender)."""
+    count = len(bodies)
     results: list[Sent | None] = [None] * count
-    # Bodies are made before the clock starts; each conversation is new (its own seed).
-    bodies = [workload.conversation(f"flood_{i}", seed=1000 + i, total_bytes=body_bytes) for i in range(count)]
 
     def worker(index: int) -> None:
         results[index] = send(port, bodies[index], timeout_s)
@@ -342,10 +347,10 @@ class Session:
                 report.requests += run_requests(args.port, text, args.request_timeout_s, "probes.jsonl")
                 self.stop_prober()
             if args.flood_minutes > 0:
-                time.sleep(SETTLE_S)
+                bodies = flood_bodies(args.flood_minutes, args.flood_rps, args.flood_bytes)
                 self.start_prober(FLOOD_PROBE_TIMEOUT_S, "flood_probes.jsonl")
-                time.sleep(SETTLE_S)
-                report.flood = run_flood(args.port, args.flood_minutes, args.flood_rps, args.flood_bytes,
+                time.sleep(5.0)  # a baseline before the flood
+                report.flood = run_flood(args.port, bodies, args.flood_minutes, args.flood_rps, args.flood_bytes,
                                          args.request_timeout_s)
                 time.sleep(SETTLE_S)
                 self.stop_prober()

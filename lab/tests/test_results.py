@@ -140,5 +140,7 @@ def test_table_and_chart(tmp_path: Path):
     assert "| chat_4.7MB | 679,634 | **4,961 ms** | **31 ms** |" in table
     probes = {"stock": probes_from([2, 4961, 2]), "v3": probes_from([2, 31, 2])}
     windows = {arm: [("chat_4.7MB", p[1].start, p[1].end)] for arm, p in probes.items()}
-    report.chart(tmp_path / "c.png", probes, windows, "t")
-    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report.request_chart(tmp_path / "c.png", probes, windows, "t")
+    report.timeline_chart(tmp_path / "t.png", probes, windows, "t")
+    for name in ("c.png", "t.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
