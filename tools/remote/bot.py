@@ -15,7 +15,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
+import threading
 import uuid
 from pathlib import Path
 
@@ -36,10 +36,41 @@ def digest_of(data: bytes) -> re_pb2.Digest:
 
 
 class Cas:
-    def __init__(self, channel: grpc.Channel, instance: str) -> None:
+    def __init__(self, channel: grpc.Channel, instance: str, cache_dir: Path) -> None:
         self.cas = re_grpc.ContentAddressableStorageStub(channel)
         self.bytestream = bytestream_pb2_grpc.ByteStreamStub(channel)
         self.instance = instance
+        # Blobs are content-addressed: keep them across actions, link them into input trees.
+        self.cache_dir = cache_dir
+        cache_dir.mkdir(parents=True, exist_ok=True)
+
+    def _cached(self, digest: re_pb2.Digest) -> Path:
+        return self.cache_dir / f"{digest.hash}_{digest.size_bytes}"
+
+    def prefetch(self, digests: list[re_pb2.Digest]) -> None:
+        """Fills the local cache with one BatchReadBlobs per ~2 MiB of small blobs."""
+        missing = {d.hash: d for d in digests if not self._cached(d).exists()}
+        batch: list[re_pb2.Digest] = []
+        size = 0
+        for digest in list(missing.values()) + [None]:
+            if digest is not None and digest.size_bytes > BATCH_LIMIT:
+                self._store(digest, self.read(digest))
+                continue
+            if batch and (digest is None or size + digest.size_bytes > BATCH_LIMIT):
+                reply = self.cas.BatchReadBlobs(re_pb2.BatchReadBlobsRequest(instance_name=self.instance, digests=batch))
+                for response in reply.responses:
+                    if response.status.code != code_pb2.OK:
+                        raise RuntimeError(f"CAS read of {response.digest.hash} failed: {response.status.message}")
+                    self._store(response.digest, response.data)
+                batch, size = [], 0
+            if digest is not None:
+                batch.append(digest)
+                size += digest.size_bytes
+
+    def _store(self, digest: re_pb2.Digest, data: bytes) -> None:
+        tmp = self._cached(digest).with_suffix(".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, self._cached(digest))
 
     def read(self, digest: re_pb2.Digest) -> bytes:
         if digest.size_bytes == 0:
@@ -73,17 +104,23 @@ class Cas:
         return digest
 
     def fetch_tree(self, digest: re_pb2.Digest, root: Path) -> None:
-        directory = re_pb2.Directory.FromString(self.read(digest))
-        root.mkdir(parents=True, exist_ok=True)
-        for f in directory.files:
-            path = root / f.name
-            path.write_bytes(self.read(f.digest))
-            if f.is_executable:
-                path.chmod(0o755)
-        for link in directory.symlinks:
-            (root / link.name).symlink_to(link.target)
-        for d in directory.directories:
-            self.fetch_tree(d.digest, root / d.name)
+        directories: list[tuple[Path, re_pb2.Directory]] = []
+        pending = [(root, digest)]
+        while pending:  # read the Directory messages level by level, batched
+            self.prefetch([d for _, d in pending])
+            level = [(path, re_pb2.Directory.FromString(self._cached(d).read_bytes())) for path, d in pending]
+            directories += level
+            pending = [(path / child.name, child.digest) for path, directory in level for child in directory.directories]
+        self.prefetch([f.digest for _, directory in directories for f in directory.files])
+        for path, directory in directories:
+            path.mkdir(parents=True, exist_ok=True)
+            for f in directory.files:
+                target = path / f.name
+                shutil.copyfile(self._cached(f.digest), target)
+                if f.is_executable:
+                    target.chmod(0o755)
+            for link in directory.symlinks:
+                (path / link.name).symlink_to(link.target)
 
     def upload_dir(self, root: Path) -> re_pb2.Tree:
         """Returns the REAPI Tree of `root`, uploading every file and Directory message."""
@@ -132,10 +169,30 @@ def execute(cas: Cas, action: re_pb2.Action, scratch: Path) -> re_pb2.ActionResu
     return result
 
 
+class Job:
+    """One lease executing on a thread, so the session keeps polling (and stays alive) meanwhile."""
+
+    def __init__(self, cas: Cas, lease_id: str, action: re_pb2.Action, scratch_root: Path) -> None:
+        self.lease_id = lease_id
+        self.result: re_pb2.ActionResult | None = None
+        self.error: str | None = None
+        self.thread = threading.Thread(target=self._run, args=(cas, action, scratch_root), daemon=True)
+        self.thread.start()
+
+    def _run(self, cas: Cas, action: re_pb2.Action, scratch_root: Path) -> None:
+        scratch = Path(tempfile.mkdtemp(dir=scratch_root))
+        try:
+            self.result = execute(cas, action, scratch)
+        except Exception as err:  # reported on the lease, never wedges it
+            self.error = f"conformance bot: {err!r}"
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
 def serve(server: str, instance: str, scratch_root: Path, stop: list[bool]) -> None:
     channel = grpc.insecure_channel(server, options=[("grpc.max_receive_message_length", 64 << 20)])
     bots = bots_pb2_grpc.BotsStub(channel)
-    cas = Cas(channel, instance)
+    cas = Cas(channel, instance, scratch_root / "blob-cache")
     worker = worker_pb2.Worker()
     device = worker.devices.add(handle="local")
     device.properties.add(key="OSFamily", value="Linux")
@@ -144,37 +201,36 @@ def serve(server: str, instance: str, scratch_root: Path, stop: list[bool]) -> N
     ), timeout=POLL_SECONDS)
     print(f"bot: session {session.name} on {server}", flush=True)
     finished: set[str] = set()
+    job: Job | None = None
     while not stop[0]:
         if os.environ.get("BOT_DEBUG"):
             print(f"bot: leases {[(l.id, l.state) for l in session.leases]}", flush=True)
         for lease in session.leases:
-            # A lease assigned while an earlier poll timed out comes back ACTIVE, not PENDING.
-            if lease.state not in (bots_pb2.LeaseState.PENDING, bots_pb2.LeaseState.ACTIVE) or lease.id in finished:
-                continue
-            lease.state = bots_pb2.LeaseState.ACTIVE
-            action = re_pb2.Action()
-            lease.payload.Unpack(action)
-            print(f"bot: lease {lease.id}: running action {digest_of(action.SerializeToString()).hash[:12]}", flush=True)
-            scratch = Path(tempfile.mkdtemp(dir=scratch_root))
-            try:
-                result = execute(cas, action, scratch)
-                lease.result.Pack(result)
-                lease.status.code = code_pb2.OK
-            except Exception as err:  # report, never wedge the lease
-                lease.status.code = code_pb2.INTERNAL
-                lease.status.message = f"conformance bot: {err!r}"
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
-            lease.state = bots_pb2.LeaseState.COMPLETED
-            finished.add(lease.id)
-            print(f"bot: lease {lease.id}: status {lease.status.code} {lease.status.message}", flush=True)
+            if job is not None and lease.id == job.lease_id and not job.thread.is_alive():
+                if job.result is not None:
+                    lease.result.Pack(job.result)
+                    lease.status.code = code_pb2.OK
+                else:
+                    lease.status.code = code_pb2.INTERNAL
+                    lease.status.message = job.error or "conformance bot: no result"
+                lease.state = bots_pb2.LeaseState.COMPLETED
+                finished.add(lease.id)
+                print(f"bot: lease {lease.id}: status {lease.status.code} {lease.status.message}", flush=True)
+                job = None
+            elif job is None and lease.id not in finished and lease.state in (bots_pb2.LeaseState.PENDING, bots_pb2.LeaseState.ACTIVE):
+                # A lease assigned while an earlier poll timed out comes back ACTIVE, not PENDING.
+                lease.state = bots_pb2.LeaseState.ACTIVE
+                action = re_pb2.Action()
+                lease.payload.Unpack(action)
+                print(f"bot: lease {lease.id}: running action {digest_of(action.SerializeToString()).hash[:12]}", flush=True)
+                job = Job(cas, lease.id, action, scratch_root)
         # BuildGrid long-polls for work until the call's deadline; without one it holds the call
         # (and any lease it assigned meanwhile) far longer than the session's keepalive.
         session = bots.UpdateBotSession(
             bots_pb2.UpdateBotSessionRequest(name=session.name, bot_session=session), timeout=POLL_SECONDS,
         )
-        if not any(l.state == bots_pb2.LeaseState.PENDING for l in session.leases):
-            time.sleep(0.2)
+        if job is not None:
+            job.thread.join(timeout=0.5)
 
 
 def main() -> None:

@@ -27,7 +27,20 @@ from pathlib import Path
 
 from tools.remote.buildgrid_config import ServerConfig
 
-DEFAULT_TARGETS = ("//tools/ci/...", "//third_party/python/...", "//tools/python/...")
+# Representative of the graph: the toolchain, locks, patch chains (applier tests and the real
+# v1/v2/v3 chains), the compose generator, and the pure-Python validators.
+DEFAULT_TARGETS = (
+    "//tools/ci/...",
+    "//tools/python/...",
+    "//third_party/python/...",
+    "//tools/patches/...",
+    "//patches:chains_test",
+    "//generators/...",
+    "//validators:structure_test",
+    "//validators:services_test",
+    "//validators:telemetry_test",
+    "//validators:prod_contract_test",
+)
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 
 
@@ -98,12 +111,15 @@ def start_postgres(procs: Processes, scratch: Path) -> str:
     shutil.chown(data, "postgres")
     shutil.chown(scratch, "postgres")
     run_as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    subprocess.run(run_as + [str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "bgd"], check=True, stdout=subprocess.DEVNULL)
+    # cwd: the postgres user cannot enter Bazel's runfiles tree.
+    subprocess.run(run_as + [str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "bgd"],
+                   check=True, stdout=subprocess.DEVNULL, cwd=scratch)
     port = free_port()
     proc = procs.start(
         "postgres",
         run_as + [str(PG_BIN / "postgres"), "-D", str(data), "-p", str(port), "-k", str(scratch), "-c", "listen_addresses=127.0.0.1"],
         scratch / "postgres.log",
+        cwd=scratch,
     )
     wait_for_port(port, proc, "PostgreSQL")
     subprocess.run([str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "bgd", "bgd"], check=True)
