@@ -2,7 +2,7 @@
 
 Bazel's own closing summary ("Executed N out of M tests") is not a line CI recognizes, so
 .ci/run passes `--build_event_json_file` and calls this. Every test target counts once: PASSED
-(cached or not) is a pass; FAILED, TIMEOUT, FLAKY, INCOMPLETE, REMOTE_FAILURE, FAILED_TO_BUILD,
+(cached or not) and FLAKY (a `flaky` test that passed on a retry, listed) are passes; FAILED, TIMEOUT, INCOMPLETE, REMOTE_FAILURE, FAILED_TO_BUILD,
 NO_STATUS and tests that were aborted before running are failures.
 """
 
@@ -19,6 +19,7 @@ from pathlib import Path
 class Summary:
     passed: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    flaky: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         return f"{len(self.passed)} passed, {len(self.failed)} failed"
@@ -35,8 +36,10 @@ def summarize(events: list[dict]) -> Summary:
             label = ident["testSummary"]["label"]
             test_targets.add(label)
             status = event.get("testSummary", {}).get("overallStatus", "NO_STATUS")
-            if status == "PASSED":
+            if status in ("PASSED", "FLAKY"):  # FLAKY: passed on a retry of a `flaky` test
                 summary.passed.append(label)
+                if status == "FLAKY":
+                    summary.flaky.append(label)
             else:
                 summary.failed[label] = status
         elif "targetCompleted" in ident and "aborted" in event:
@@ -60,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.bazel_exit_code != 0 and not summary.failed:
         # The build failed before any test could report (an analysis error, a failed fetch).
         summary.failed["(build)"] = f"bazel exited with {args.bazel_exit_code}; see its output above"
+    for label in summary.flaky:
+        print(f"FLAKY {label}: passed only on a retry")
     for label, status in sorted(summary.failed.items()):
         print(f"FAILED {label}: {status}")
     print(summary.line())

@@ -51,3 +51,10 @@ def test_failed_build_without_test_results_counts_as_a_failure(tmp_path: Path) -
     )
     assert proc.stdout.splitlines()[-1] == "1 passed, 1 failed"
     assert proc.returncode == 1
+
+
+def test_flaky_pass_counts_as_passed_and_is_listed(tmp_path: Path) -> None:
+    bep = tmp_path / "bep.json"
+    bep.write_text(json.dumps(_event("testSummary", "//a:t", testSummary={"overallStatus": "FLAKY"})) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "tools.ci.test_summary", str(bep)], capture_output=True, text=True)
+    assert proc.stdout.splitlines() == ["FLAKY //a:t: passed only on a retry", "1 passed, 0 failed"]
