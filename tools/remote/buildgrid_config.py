@@ -65,5 +65,5 @@ class ServerConfig:
                 "        scheduler: *scheduler",
             ]
         # gRPC rejects RPCs beyond this many at once; Bazel opens up to --remote_max_connections.
-        lines.append("thread-pool-size: 256")
+        lines.append("thread-pool-size: 1024")
         return "\n".join(lines) + "\n"
