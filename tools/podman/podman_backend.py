@@ -88,7 +88,9 @@ class PodmanConfig:
                 tmp.replace(path)
 
 
-def _podman(config: PodmanConfig, *args: str, capture: bool = True) -> subprocess.CompletedProcess:
+def _podman(
+    config: PodmanConfig, *args: str, capture: bool = True, timeout_s: float | None = None
+) -> subprocess.CompletedProcess:
     # Global flags repeat the config so a user's own CONTAINERS_* overrides cannot change them.
     cmd = [
         "podman",
@@ -103,8 +105,19 @@ def _podman(config: PodmanConfig, *args: str, capture: bool = True) -> subproces
         text=True,
         stdout=subprocess.PIPE if capture else None,
         stderr=subprocess.PIPE if capture else None,
+        timeout=timeout_s,
         check=False,
     )
+
+
+def command(config: PodmanConfig, *args: str, timeout_s: float) -> subprocess.CompletedProcess:
+    """One podman command with this module's configuration, output captured, bounded.
+
+    For callers that manage containers themselves (lab/: detached containers, wait, rm);
+    raises subprocess.TimeoutExpired after timeout_s.
+    """
+    config.write()
+    return _podman(config, *args, timeout_s=timeout_s)
 
 
 def unavailable_reason(config: PodmanConfig) -> str | None:
