@@ -1,9 +1,10 @@
 """Long-running lab containers, on the in-image runner's podman configuration.
 
 tools/podman/podman_backend.py owns the configuration (project-owned CONTAINERS_CONF and
-storage, runc, cgroupfs, explicit ulimits) and the image pull; this module only adds what the
-lab needs beyond its run-to-completion `run()`: a detached container with a name and a label,
-a bounded wait, its logs, and removal by id, so the caller can always clean up.
+storage, runc, cgroupfs, explicit ulimits), the image pull and bounded podman commands
+(`command`); this module only adds what the lab needs beyond its run-to-completion `run()`:
+a detached container with a name and a label, a bounded wait, its logs, and removal by id, so
+the caller can always clean up.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class Podman:
 
     def _podman(self, *args: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess:
         try:
-            return _bounded(self.config, args, timeout_s)
+            return podman_backend.command(self.config, *args, timeout_s=timeout_s)
         except subprocess.TimeoutExpired:
             raise ContainerError(f"podman {' '.join(args[:2])} did not return within {timeout_s:.0f} s") from None
 
@@ -87,7 +88,7 @@ class Podman:
     def wait(self, container: Container, timeout_s: float) -> int | None:
         """The container's exit code, or None if it still runs after timeout_s."""
         try:
-            done = _bounded(self.config, ("wait", container.id), timeout_s)
+            done = podman_backend.command(self.config, "wait", container.id, timeout_s=timeout_s)
         except subprocess.TimeoutExpired:
             return None
         if done.returncode != 0:
@@ -110,8 +111,3 @@ class Podman:
             raise ContainerError(f"podman ps failed:\n{done.stderr.strip()}")
         return done.stdout.split()
 
-
-def _bounded(config: podman_backend.PodmanConfig, args: tuple[str, ...], timeout_s: float) -> subprocess.CompletedProcess:
-    # The same global flags as podman_backend._podman, with a timeout it does not offer.
-    cmd = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs", "--events-backend", "file", *args]
-    return subprocess.run(cmd, env=config.environment(), text=True, capture_output=True, timeout=timeout_s, check=False)
