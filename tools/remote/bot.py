@@ -54,7 +54,7 @@ class Cas:
         size = 0
         for digest in list(missing.values()) + [None]:
             if digest is not None and digest.size_bytes > BATCH_LIMIT:
-                self._store(digest, self.read(digest))
+                self._store(digest, self._read_stream(digest))
                 continue
             if batch and (digest is None or size + digest.size_bytes > BATCH_LIMIT):
                 reply = self.cas.BatchReadBlobs(re_pb2.BatchReadBlobsRequest(instance_name=self.instance, digests=batch))
@@ -73,14 +73,10 @@ class Cas:
         os.replace(tmp, self._cached(digest))
 
     def read(self, digest: re_pb2.Digest) -> bytes:
-        if digest.size_bytes == 0:
-            return b""
-        if digest.size_bytes <= BATCH_LIMIT:
-            reply = self.cas.BatchReadBlobs(re_pb2.BatchReadBlobsRequest(instance_name=self.instance, digests=[digest]))
-            response = reply.responses[0]
-            if response.status.code != code_pb2.OK:
-                raise RuntimeError(f"CAS read of {digest.hash} failed: {response.status.message}")
-            return response.data
+        self.prefetch([digest])
+        return self._cached(digest).read_bytes()
+
+    def _read_stream(self, digest: re_pb2.Digest) -> bytes:
         name = f"{self.instance}/blobs/{digest.hash}/{digest.size_bytes}".lstrip("/")
         return b"".join(r.data for r in self.bytestream.Read(bytestream_pb2.ReadRequest(resource_name=name)))
 

@@ -159,9 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     # A SIGTERM must still run the clean-up below (children live in their own process groups).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     workspace = Path(os.environ.get("BUILD_WORKSPACE_DIRECTORY", Path.cwd()))
-    runfiles_lock = Path(__file__).resolve().parent.parent.parent / "third_party" / "python" / "remote_conformance.lock"
-    lock = workspace / "third_party" / "python" / "remote_conformance.lock"
-    lock = lock if lock.exists() else runfiles_lock
+    lock = Path(__file__).resolve().parent.parent.parent / "third_party" / "python" / "remote_conformance.lock"  # runfiles
     scratch = Path(tempfile.mkdtemp(prefix="glm53-remote-"))
     procs = Processes()
     started = time.monotonic()
