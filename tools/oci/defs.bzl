@@ -6,10 +6,11 @@ Images are small layouts (manifest + config + embedded blobs) whose big layer bl
 outputs of the layer targets, so an image action never copies or re-hashes its base.
 """
 
-load("//tools/oci/private:engine.bzl", _engine_patch_layer = "engine_patch_layer", _oci_structure_test = "oci_structure_test")
+load("//tools/oci/private:engine.bzl", _engine_patch_layer = "engine_patch_layer", _oci_structure_test = "oci_structure_test", _recipe_fingerprint = "recipe_fingerprint")
 load("//tools/oci/private:image.bzl", _oci_image_rule = "oci_image_rule", _oci_layout = "oci_layout")
 load("//tools/oci/private:layers.bzl", _debian_rootfs_layer = "debian_rootfs_layer", _oci_layer = "oci_layer", _python_wheels_layer = "python_wheels_layer")
 load("//tools/oci/private:providers.bzl", _LockModeInfo = "LockModeInfo", _OciImageInfo = "OciImageInfo", _OciLayerInfo = "OciLayerInfo", _layer_args = "layer_args", _layer_blobs = "layer_blobs")
+load("//tools/oci/private:run.bzl", _oci_load = "oci_load", _oci_validate_test = "oci_validate_test", _oci_view = "oci_view")
 load("//tools/oci/private:settings.bzl", _lock_mode_flag = "lock_mode_flag")
 
 OciImageInfo = _OciImageInfo
@@ -23,6 +24,12 @@ oci_structure_test = _oci_structure_test
 debian_rootfs_layer = _debian_rootfs_layer
 python_wheels_layer = _python_wheels_layer
 lock_mode_flag = _lock_mode_flag
+oci_view = _oci_view
+oci_load = _oci_load
+oci_validate_test = _oci_validate_test
+
+# Manifest annotation holding the recipe fingerprint (tools/release/fingerprint.py).
+FINGERPRINT_ANNOTATION = "ai.glm53.recipe.fingerprint"
 
 def oci_image(name, base = None, tars = [], env = {}, entrypoint = None, cmd = None, labels = {}, annotations = {}, user = None, workdir = None, exposed_ports = [], **kwargs):
     """An OCI image: base (or scratch) + tars, like rules_oci's oci_image.
@@ -79,11 +86,16 @@ def engine_image(
       <name>                    the image (OCI layout dir) + <name>.digest
       <name>.patch_layer        the patch layer (+ .digest, .patches.json, .labels); base-independent
       <name>.layout             self-contained OCI layout (copies every blob; build on demand)
+      <name>.view               bazel run -- DIR: full layout of symlinks in DIR
+      <name>.load               bazel run: into podman's storage (or --format docker-archive --out F)
+      <name>.fingerprint        the recipe fingerprint file (also a manifest annotation)
       <name>_structure_test     daemon-free structure test
+      <name>_oci_validate_test  oci-image-tool validate on the full view
 
     Labels: org.opencontainers.image.{source,revision,documentation} from the arguments,
     .base.name/.base.digest from the base, one ai.glm53.patch.<name>=<version>[-<activation>]
-    per patch of the chain. Entrypoint, cmd and env are inherited from the base.
+    per patch of the chain. Entrypoint, cmd and env are inherited from the base. Manifest
+    annotations: .base.name/.base.digest and ai.glm53.recipe.fingerprint.
 
     Args:
       name: target name, e.g. glm53_v3.
@@ -107,17 +119,28 @@ def engine_image(
         if value:
             all_labels["org.opencontainers.image." + key] = value
     all_labels.update(labels)
+    _recipe_fingerprint(name = name + ".fingerprint", chain = chain, base = base, visibility = visibility, tags = tags)
     _oci_image_rule(
         name = name,
         base = base,
         tars = [":" + layer],
         labels = all_labels,
         label_files = [":%s.labels" % layer],
+        annotation_from_files = {":%s.fingerprint" % name: FINGERPRINT_ANNOTATION},
         embed_layers = True,
         visibility = visibility,
         tags = tags,
     )
     _oci_layout(name = name + ".layout", image = ":" + name, visibility = visibility, tags = tags + ["manual"])
+    _oci_view(name = name + ".view", image = ":" + name, visibility = visibility, tags = tags)
+    _oci_load(name = name + ".load", image = ":" + name, visibility = visibility, tags = tags)
+    _oci_validate_test(
+        name = name + "_oci_validate_test",
+        image = ":" + name,
+        size = "small",
+        # 2 GiB of base layer runfiles: never worth uploading to a remote executor.
+        tags = tags + ["no-remote"],
+    )
     _oci_structure_test(
         name = name + "_structure_test",
         image = ":" + name,

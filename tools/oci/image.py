@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--label-from-file", action="append", default=[], metavar="KEY=PATH",
                    help="label whose value is the stripped content of PATH (e.g. a digest file)")
     p.add_argument("--annotation", action="append", default=[], metavar="KEY=VALUE", help="manifest annotation")
+    p.add_argument("--annotation-from-file", action="append", default=[], metavar="KEY=PATH",
+                   help="manifest annotation whose value is the stripped content of PATH")
     p.add_argument("--entrypoint", help="JSON list; omitted = inherit")
     p.add_argument("--cmd", help="JSON list; omitted = inherit")
     p.add_argument("--user")
@@ -127,9 +129,11 @@ def main(argv: list[str] | None = None) -> int:
             workdir=args.workdir,
             exposed_ports=args.exposed_port,
         )
+        annotations = parse_pairs(args.annotation, "annotation")
+        for key, path in parse_pairs(args.annotation_from_file, "annotation-from-file").items():
+            annotations[key] = Path(path).read_text().strip()
         config_bytes = canonical_json(derive_config(base_config, layers, changes))
-        manifest_bytes = canonical_json(make_manifest(
-            config_bytes, base_manifest, layers, parse_pairs(args.annotation, "annotation")))
+        manifest_bytes = canonical_json(make_manifest(config_bytes, base_manifest, layers, annotations))
         embed = {}
         for item in args.embed:
             desc_path, _, blob = item.partition("=")

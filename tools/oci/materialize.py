@@ -9,6 +9,9 @@ other layer blobs are separate Bazel outputs. Tools that need every blob in one 
   --mode hardlink  instant on one filesystem; never for Bazel outputs either (linking changes
                    the source file's ctime, which makes Bazel redo the action that made it).
   --mode copy      what the `<image>.layout` Bazel targets use; costs a full copy.
+
+Under `bazel run` (the `<image>.view` targets) a relative --out is taken from the directory
+the user ran Bazel in, and --replace rewrites a previous view there.
 """
 
 from __future__ import annotations
@@ -62,6 +65,31 @@ def materialize(image: Path, blobs: dict[str, Path], out: Path, mode: str, verif
     return img.manifest_digest
 
 
+def parse_blobs(items: list[str]) -> dict[str, Path]:
+    """--blob DESCRIPTOR=BLOB arguments (tools/oci's layer_args) -> {digest: blob file}."""
+    blobs = {}
+    for item in items:
+        desc, sep, blob = item.partition("=")
+        if not sep:
+            raise LayoutError(f"--blob {item!r}: expected DESCRIPTOR=BLOB")
+        blobs[LayerDescriptor.load(Path(desc)).digest] = Path(blob)
+    return blobs
+
+
+def prepare_out(out: Path, replace: bool) -> Path:
+    """The --out directory: relative to where `bazel run` was started; an old layout there is
+    removed with --replace (anything else that is not empty is refused)."""
+    if not out.is_absolute() and os.environ.get("BUILD_WORKING_DIRECTORY"):
+        out = Path(os.environ["BUILD_WORKING_DIRECTORY"]) / out
+    if out.is_dir() and any(out.iterdir()):
+        if not replace:
+            raise LayoutError(f"{out} is not empty; give an empty or new directory (or --replace for an old layout)")
+        if not (out / "oci-layout").is_file():
+            raise LayoutError(f"{out} is not empty and holds no oci-layout file; refusing to replace it")
+        shutil.rmtree(out)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--image", type=Path, required=True, help="the image's layout directory")
@@ -70,19 +98,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--mode", choices=("copy", "hardlink", "symlink"), default="copy")
     p.add_argument("--verify", action="store_true", help="re-hash every blob (slow; sizes are always checked)")
+    p.add_argument("--replace", action="store_true", help="remove an OCI layout already at --out first")
     args = p.parse_args(argv)
     try:
-        blobs = {}
-        for item in args.blob:
-            desc, sep, blob = item.partition("=")
-            if not sep:
-                raise LayoutError(f"--blob {item!r}: expected DESCRIPTOR=BLOB")
-            blobs[LayerDescriptor.load(Path(desc)).digest] = Path(blob)
-        digest = materialize(args.image, blobs, args.out, args.mode, args.verify)
+        args.out = prepare_out(args.out, args.replace)
+        digest = materialize(args.image, parse_blobs(args.blob), args.out, args.mode, args.verify)
     except (LayoutError, OSError) as e:
         print(f"materialize.py: error: {e}", file=sys.stderr)
         return 1
     print(digest)
+    if os.environ.get("BUILD_WORKING_DIRECTORY"):
+        print(f"{args.out}: OCI layout ({args.mode}), e.g. skopeo inspect oci:{args.out}", file=sys.stderr)
     return 0
 
 

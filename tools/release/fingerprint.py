@@ -53,3 +53,27 @@ def fingerprint(declaration: dict, base_digest: str) -> str:
 
 def fingerprint_file(declaration_path: Path, base_digest: str) -> str:
     return fingerprint(json.loads(Path(declaration_path).read_text()), base_digest)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`fingerprint.py --declaration D --base-digest-file F --out O`: writes 'sha256:<hex>\\n'
+    (the recipe fingerprint the engine image carries as a manifest annotation)."""
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--declaration", type=Path, required=True, help="resolved series declaration (patch chain output)")
+    p.add_argument("--base-digest-file", type=Path, required=True, help="the base image's .digest file")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    try:
+        value = fingerprint_file(args.declaration, args.base_digest_file.read_text().strip())
+    except (FingerprintError, OSError, json.JSONDecodeError) as err:
+        print(f"fingerprint.py: error: {args.declaration}: {err}", file=sys.stderr)
+        return 1
+    args.out.write_text(value + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

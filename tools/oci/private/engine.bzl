@@ -122,3 +122,31 @@ inherits_config = False, keeps its entrypoint, cmd, env, workdir and user).""",
         "_structure": attr.label(default = "//tools/oci:structure", executable = True, cfg = "target"),
     },
 )
+
+def _recipe_fingerprint_impl(ctx):
+    chain = ctx.attr.chain[PatchChainInfo]
+    base = ctx.attr.base[OciImageInfo]
+    out = ctx.actions.declare_file(ctx.label.name)
+    args = ctx.actions.args()
+    args.add("--declaration", chain.declaration)
+    args.add("--base-digest-file", base.digest)
+    args.add("--out", out)
+    ctx.actions.run(
+        executable = ctx.executable._fingerprint,
+        arguments = [args],
+        inputs = [chain.declaration, base.digest],
+        outputs = [out],
+        mnemonic = "RecipeFingerprint",
+        progress_message = "Fingerprinting %s" % ctx.label,
+    )
+    return [DefaultInfo(files = depset([out]))]
+
+recipe_fingerprint = rule(
+    implementation = _recipe_fingerprint_impl,
+    doc = "'sha256:<hex>\\n': the recipe fingerprint (tools/release/fingerprint.py) of chain + base digest.",
+    attrs = {
+        "chain": attr.label(providers = [PatchChainInfo], mandatory = True),
+        "base": attr.label(providers = [OciImageInfo], mandatory = True),
+        "_fingerprint": attr.label(default = "//tools/release:fingerprint", executable = True, cfg = "host"),
+    },
+)

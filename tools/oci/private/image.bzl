@@ -58,11 +58,18 @@ def _oci_image_impl(ctx):
         args.add("--label-from-file", "%s=%s" % (key, f.path))
         inputs.append(f)
     if ctx.attr.base_name_label and base:
-        args.add("--label", "org.opencontainers.image.base.name=%s" % base.image_name)
-        args.add("--label-from-file", "org.opencontainers.image.base.digest=%s" % base.digest.path)
+        # The image spec defines these as manifest annotations; the config labels are what
+        # `podman inspect` and docker show.
+        for flag in ("--label", "--annotation"):
+            args.add(flag, "org.opencontainers.image.base.name=%s" % base.image_name)
+            args.add(flag + "-from-file", "org.opencontainers.image.base.digest=%s" % base.digest.path)
         inputs.append(base.digest)
     for k, v in ctx.attr.annotations.items():
         args.add("--annotation", "%s=%s" % (k, v))
+    for target, key in ctx.attr.annotation_from_files.items():
+        f = target.files.to_list()[0]
+        args.add("--annotation-from-file", "%s=%s" % (key, f.path))
+        inputs.append(f)
     if ctx.attr.entrypoint_json:
         args.add("--entrypoint", ctx.attr.entrypoint_json)
     if ctx.attr.cmd_json:
@@ -117,8 +124,9 @@ oci_image_rule = rule(
         "labels": attr.string_dict(),
         "label_files": attr.label_list(allow_files = True, doc = "files of KEY=VALUE label lines"),
         "label_from_files": attr.label_keyed_string_dict(allow_files = True, doc = "file -> label key; the value is the file's stripped content"),
-        "base_name_label": attr.bool(default = True, doc = "add org.opencontainers.image.base.name/.base.digest from base"),
+        "base_name_label": attr.bool(default = True, doc = "add org.opencontainers.image.base.name/.base.digest from base (as labels and manifest annotations)"),
         "annotations": attr.string_dict(doc = "manifest annotations"),
+        "annotation_from_files": attr.label_keyed_string_dict(allow_files = True, doc = "file -> manifest annotation key; the value is the file's stripped content"),
         "entrypoint_json": attr.string(doc = "JSON list; empty = inherit"),
         "cmd_json": attr.string(doc = "JSON list; empty = inherit"),
         "user": attr.string(),

@@ -1,0 +1,116 @@
+"""Loads a built image into podman's storage, or writes it as a docker-archive tar (like
+rules_oci's oci_load).
+
+    bazel run //recipes:glm53_v3.load                          # into the project's podman storage
+    bazel run //recipes:glm53_v3.load -- --format docker-archive --out glm53_v3.tar   # for `docker load`
+
+The podman storage is the project's own (tools/podman: configuration files and graphroot under
+~/.cache/glm53-engine/podman/, nothing machine-wide); the command that lists it is printed.
+Both paths read a symlink view of the layout, so only what the destination stores is copied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tools.oci.materialize import materialize, parse_blobs  # noqa: E402
+from tools.oci.ocilayout import LayoutError, read_layout  # noqa: E402
+from tools.podman.podman_backend import PodmanConfig, command  # noqa: E402
+from tools.podman.spec import default_cache_root  # noqa: E402
+
+PODMAN_TIMEOUT_S = 1800
+
+
+def _user_path(path: Path) -> Path:
+    """A relative path from the command line means: relative to where `bazel run` started."""
+    if not path.is_absolute() and os.environ.get("BUILD_WORKING_DIRECTORY"):
+        return Path(os.environ["BUILD_WORKING_DIRECTORY"]) / path
+    return path
+
+
+def _view_root() -> Path:
+    # podman names an image pulled from oci:<dir> after the path, which must be a valid
+    # reference (lowercase [a-z0-9._-] components): so no ~/.cache or Bazel temp dirs.
+    root = Path("/tmp") / f"glm53-engine-{os.getuid()}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    view_root = root / f"load-{os.getpid()}"
+    shutil.rmtree(view_root, ignore_errors=True)
+    view_root.mkdir(mode=0o700)
+    return view_root
+
+
+def to_podman(view: Path, ref: str, tag: str, config: PodmanConfig) -> str:
+    """Pulls the view into the project's storage, tags it `tag`; returns the image id."""
+    config.write()
+    pulled = command(config, "pull", "-q", "--signature-policy", str(config.policy), f"oci:{view}:{ref}",
+                     timeout_s=PODMAN_TIMEOUT_S)
+    if pulled.returncode != 0:
+        raise LayoutError(f"podman pull of {view} failed:\n{pulled.stderr}")
+    image_id = pulled.stdout.strip().splitlines()[-1]
+    for args in (("tag", image_id, tag), ("untag", image_id, f"localhost{view}:{ref}")):
+        done = command(config, *args, timeout_s=PODMAN_TIMEOUT_S)
+        if done.returncode != 0 and args[0] == "tag":
+            raise LayoutError(f"podman tag {image_id} {tag} failed:\n{done.stderr}")
+    return image_id
+
+
+def to_docker_archive(view: Path, ref: str, tag: str, out: Path) -> None:
+    if shutil.which("skopeo") is None:
+        raise LayoutError("skopeo is not installed (tools/bazel installs it)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    done = subprocess.run(["skopeo", "copy", "--quiet", f"oci:{view}:{ref}", f"docker-archive:{out}:{tag}"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    if done.returncode != 0:
+        raise LayoutError(f"skopeo copy to docker-archive:{out} failed:\n{done.stdout}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--image", type=Path, required=True, help="the image's (thin) layout directory")
+    p.add_argument("--blob", action="append", default=[], metavar="DESCRIPTOR=BLOB")
+    p.add_argument("--tag", required=True, help="repository:tag to give the image, e.g. localhost/glm53_v3:latest")
+    p.add_argument("--format", choices=("podman", "docker-archive"), default="podman",
+                   help="podman: the project's podman storage (default); docker-archive: a tar at --out")
+    p.add_argument("--out", type=Path, help="the docker-archive tar to write")
+    p.add_argument("--cache", type=Path, default=None, help="cache root holding podman/ (default: tools/podman's)")
+    args = p.parse_args(argv)
+    if args.format == "docker-archive" and not args.out:
+        p.error("--format docker-archive needs --out FILE")
+    if args.format == "podman" and args.out:
+        p.error("--out is only for --format docker-archive")
+    view_root = _view_root()
+    try:
+        view = view_root / "view"
+        digest = materialize(args.image, parse_blobs(args.blob), view, "symlink")
+        ref = read_layout(view).ref_name
+        if args.format == "docker-archive":
+            out = _user_path(args.out)
+            to_docker_archive(view, ref, args.tag, out)
+            print(f"{out}: docker-archive of {digest} as {args.tag} (docker load -i {shlex.quote(str(out))})")
+        else:
+            config = PodmanConfig((args.cache or default_cache_root()) / "podman")
+            image_id = to_podman(view, ref, args.tag, config)
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(config.environment().items())
+                           if k.startswith("CONTAINERS_"))
+            print(f"loaded {digest} as {args.tag} (image id {image_id[:12]}) into {config.root}")
+            print(f"list it with: {env} podman images {args.tag}")
+    except (LayoutError, OSError, subprocess.TimeoutExpired) as e:
+        print(f"load.py: error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(view_root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
