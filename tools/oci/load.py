@@ -56,7 +56,8 @@ def to_podman(view: Path, ref: str, tag: str, config: PodmanConfig) -> str:
     if pulled.returncode != 0:
         raise LayoutError(f"podman pull of {view} failed:\n{pulled.stderr}")
     image_id = pulled.stdout.strip().splitlines()[-1]
-    for args in (("tag", image_id, tag), ("untag", image_id, f"localhost{view}:{ref}")):
+    # podman names an image pulled from oci:<dir>:<ref> localhost<dir>:latest; only `tag` stays.
+    for args in (("tag", image_id, tag), ("untag", image_id, f"localhost{view}:latest")):
         done = command(config, *args, timeout_s=PODMAN_TIMEOUT_S)
         if done.returncode != 0 and args[0] == "tag":
             raise LayoutError(f"podman tag {image_id} {tag} failed:\n{done.stderr}")

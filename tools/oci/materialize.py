@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(digest)
     if os.environ.get("BUILD_WORKING_DIRECTORY"):
-        print(f"{args.out}: OCI layout ({args.mode}), e.g. skopeo inspect oci:{args.out}", file=sys.stderr)
+        ref = read_layout(args.out).ref_name
+        print(f"{args.out}: OCI layout ({args.mode}), e.g. skopeo inspect oci:{args.out}:{ref}", file=sys.stderr)
     return 0
 
 
