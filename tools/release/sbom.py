@@ -42,26 +42,31 @@ def normalize(doc: dict, name: str, digest: str) -> dict:
     return doc
 
 
+def scan(layout: Path, name: str, version: str, tmp: Path) -> dict:
+    """syft's SPDX document of the OCI layout at `layout` (offline; `tmp` holds its cache)."""
+    raw = tmp / "sbom.json"
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp),
+        "XDG_CACHE_HOME": str(tmp / "cache"),
+        "SYFT_CHECK_FOR_APP_UPDATE": "false",
+        "TMPDIR": str(tmp),
+    }
+    done = subprocess.run(
+        [str(syft_binary()), "scan", f"oci-dir:{layout}", "-q", "-o", f"spdx-json={raw}",
+         "--source-name", name, "--source-version", version],
+        env=env, capture_output=True, text=True, check=False,
+    )
+    if done.returncode != 0:
+        raise SbomError(f"syft scan failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
+    # The scanned directory is temporary; its path must not reach the SBOM.
+    text = raw.read_text().replace(str(layout), name).replace(str(layout).replace("/", "-"), name)
+    return json.loads(text)
+
+
 def make_sbom(image: Image, name: str, out: Path) -> dict:
     with tempfile.TemporaryDirectory(prefix="sbom.") as tmp:
         view = link_view(image, Path(tmp) / "layout")
-        raw = Path(tmp) / "sbom.json"
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": tmp,
-            "XDG_CACHE_HOME": str(Path(tmp) / "cache"),
-            "SYFT_CHECK_FOR_APP_UPDATE": "false",
-            "TMPDIR": tmp,
-        }
-        done = subprocess.run(
-            [str(syft_binary()), "scan", f"oci-dir:{view}", "-q", "-o", f"spdx-json={raw}",
-             "--source-name", name, "--source-version", image.manifest_digest],
-            env=env, capture_output=True, text=True, check=False,
-        )
-        if done.returncode != 0:
-            raise SbomError(f"syft scan failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
-        # The scanned directory is a temporary view; its path must not reach the SBOM.
-        text = raw.read_text().replace(str(view), name).replace(str(view).replace("/", "-"), name)
-        doc = normalize(json.loads(text), name, image.manifest_digest)
+        doc = normalize(scan(view, name, image.manifest_digest, Path(tmp)), name, image.manifest_digest)
     out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return doc

@@ -3,6 +3,7 @@
 load("//tools/oci:defs.bzl", "OciImageInfo", "OciLayerInfo")
 load("//tools/patches:defs.bzl", "PatchChainInfo")
 load("//tools/podman/private:launcher.bzl", "image_args", "write_launcher")
+load(":sbom.bzl", "layer_sbom_aspect", "merged_sbom")
 
 def _recipe(ctx):
     # "//recipes:glm53_v3" (Bazel 4 prints main-repository labels without "@").
@@ -123,24 +124,7 @@ def _evidence_impl(ctx):
     public_key = ctx.actions.declare_file(prefix + "signing-key.pub.pem")
     tool = ctx.executable._evidence
 
-    sbom_args = ctx.actions.args()
-    sbom_args.add("sbom")
-    sbom_args.add("--layout", image.layout.path)
-    blobs = []
-    for layer in image.layers:
-        if layer.blob != None:
-            sbom_args.add("--blob", "%s=%s" % (layer.descriptor.path, layer.blob.path))
-            blobs += [layer.descriptor, layer.blob]
-    sbom_args.add("--name", ctx.attr.image.label.name)
-    sbom_args.add("--out", sbom)
-    ctx.actions.run(
-        executable = tool,
-        arguments = [sbom_args],
-        inputs = [image.layout] + blobs,
-        outputs = [sbom],
-        mnemonic = "Sbom",
-        progress_message = "Scanning %s with syft (SPDX SBOM)" % _recipe(ctx),
-    )
+    merged_sbom(ctx, ctx.attr.image, sbom, chain.declaration)
 
     st_args = ctx.actions.args()
     st_args.add("statement")
@@ -174,14 +158,15 @@ def _evidence_impl(ctx):
 
 image_evidence = rule(
     implementation = _evidence_impl,
-    doc = "<name>/: sbom.spdx.json, provenance.json (in-toto/SLSA v1), provenance.dsse.json, signing-key.pub.pem.",
+    doc = "<name>/: sbom.spdx.json (merged from one SBOM per layer), provenance.json (in-toto/SLSA v1), provenance.dsse.json, signing-key.pub.pem.",
     attrs = {
-        "image": attr.label(providers = [OciImageInfo], mandatory = True),
+        "image": attr.label(providers = [OciImageInfo], mandatory = True, aspects = [layer_sbom_aspect]),
         "chain": attr.label(providers = [PatchChainInfo], mandatory = True),
         "facts": attr.label(allow_single_file = True, mandatory = True),
         "locks": attr.label_list(allow_files = True),
         "key": attr.label(allow_single_file = True, mandatory = True),
         "_evidence": attr.label(default = "//tools/release:evidence", executable = True, cfg = "host"),
+        "_layer_sbom": attr.label(default = "//tools/release:layer_sbom", executable = True, cfg = "host"),
     },
 )
 
