@@ -7,6 +7,9 @@ load(":names.bzl", "normalize")
 # The generated requirements.bzl loads it back from this repository ("@" = the main one).
 _NAMES_BZL = Label("//tools/python/private:names.bzl")
 
+# Reads the extracted wheels' METADATA: each package's dependency closure (see its docstring).
+_WHEEL_GRAPH = Label("//tools/python/private:wheel_graph.py")
+
 _LOCK_HINT = "regenerate it with `./tools/bazel run //third_party/python:lock -- {lock}`"
 
 def _url_basename(url):
@@ -82,7 +85,7 @@ def _pip_fallback(rctx, entry, lock_name):
     return "file://" + str(path)
 
 def _fetch(rctx, entry, lock_name, extract):
-    output = ("site" if extract else "wheels/" + entry.filename)
+    output = ("site/" + entry.name if extract else "wheels/" + entry.filename)
     kwargs = dict(output = output, sha256 = entry.sha256)
     fetch = rctx.download_and_extract if extract else rctx.download
     if extract:
@@ -97,17 +100,35 @@ package(default_visibility = ["//visibility:public"])
 
 exports_files(["requirements.lock"])
 
-# One lock is one environment: every requirement() label of it resolves to the whole set.
+# One library per locked package: requirement("x") = x and its dependency closure (from the
+# wheels' Requires-Dist, tools/python/private/wheel_graph.py), so a target's runfiles hold what
+# it imports and a changed wheel reaches only its users.
+{packages}
+
+# The whole environment (every package of the lock).
 py_library(
     name = "pkgs",
-    srcs = glob(["site/**/*.py"], exclude = ["site/**/* *"], allow_empty = True),
-    data = glob(
-        ["site/**"],
-        exclude = ["site/**/*.py", "site/**/__pycache__/**", "site/bin/**", "site/**/* *"],
-    ),
-    imports = ["site"],
+    deps = {all_files},
 )
-{aliases}
+"""
+
+# One wheel's files; `site/<name>` is put on sys.path.
+_FILES = """\
+py_library(
+    name = "_files_{name}",
+    srcs = glob(["site/{name}/**/*.py"], exclude = ["site/{name}/**/* *"], allow_empty = True),
+    data = glob(
+        ["site/{name}/**"],
+        exclude = ["site/{name}/**/*.py", "site/{name}/**/__pycache__/**", "site/{name}/bin/**", "site/{name}/**/* *"],
+    ),
+    imports = ["site/{name}"],
+    visibility = ["//visibility:private"],
+)
+
+py_library(
+    name = "{name}",
+    deps = {closure},{unlocked}
+)
 """
 
 _BUILD_WHEELS = """\
@@ -139,6 +160,24 @@ def requirement(name):
 all_requirements = ["@{repo}//:" + p for p in _PACKAGES]
 """
 
+def _build_extracted(rctx, lock_name):
+    res = rctx.execute([rctx.attr.python_interpreter, str(rctx.path(_WHEEL_GRAPH)), "site"], quiet = True)
+    if res.return_code != 0:
+        fail("{}: reading the wheels' dependencies failed:\n{}".format(lock_name, res.stderr[-2000:]))
+    graph = json.decode(res.stdout)
+    packages = []
+    for name in sorted(graph["closure"]):
+        unlocked = graph["unlocked"].get(name)
+        packages.append(_FILES.format(
+            name = name,
+            closure = repr([":_files_" + n for n in graph["closure"][name]]),
+            unlocked = "\n    # Required but not in the lock (marker true here): {}".format(", ".join(unlocked)) if unlocked else "",
+        ))
+    return _BUILD_EXTRACTED.format(
+        packages = "\n".join(packages),
+        all_files = repr([":_files_" + n for n in sorted(graph["closure"])]),
+    )
+
 def _pip_parse_impl(rctx):
     lock_name = str(rctx.attr.requirements_lock).lstrip("@").replace("//", "").replace(":", "/")
     entries = parse_lock(rctx.read(rctx.path(rctx.attr.requirements_lock)), lock_name)
@@ -147,13 +186,11 @@ def _pip_parse_impl(rctx):
         _fetch(rctx, entry, lock_name, rctx.attr.extract)
     rctx.delete("_pip_download")
     rctx.symlink(rctx.path(rctx.attr.requirements_lock), "requirements.lock")
-    target = ":pkgs" if rctx.attr.extract else ":wheels"
-    aliases = "\n".join([
-        'alias(name = "{}", actual = "{}")'.format(e.name, target)
-        for e in entries
-    ])
-    template = _BUILD_EXTRACTED if rctx.attr.extract else _BUILD_WHEELS
-    rctx.file("BUILD.bazel", template.format(aliases = aliases))
+    if rctx.attr.extract:
+        rctx.file("BUILD.bazel", _build_extracted(rctx, lock_name))
+    else:
+        aliases = "\n".join(['alias(name = "{}", actual = ":wheels")'.format(e.name) for e in entries])
+        rctx.file("BUILD.bazel", _BUILD_WHEELS.format(aliases = aliases))
     short = rctx.attr.requirements_lock.name.replace(".lock", "")
     rctx.file("requirements.bzl", _REQUIREMENTS_BZL.format(
         lock = lock_name,
