@@ -6,12 +6,10 @@
     patch_series(name = "v2_series", declaration = "v2/series.json", patches = glob(["v2/*.diff"]), extends = ":v1_series")
     patch_chain(name = "v2", series = ":v2_series")   # base = "@sglang_src_0_5_19//:tree"
     patch_rehash(name = "rehash")                       # bazel run //patches:rehash -- v2 [--write]
-    patch_bump_check(name = "bump_check", candidates = SGLANG_CANDIDATES, series = ["v3"], ...)
 
 See patches/README.md for the declaration format and the errors.
 """
 
-load("//tools/patches/private:bump_check.bzl", _patch_bump_check = "patch_bump_check")
 load(
     "//tools/patches/private:patch_chain.bzl",
     _PatchChainInfo = "PatchChainInfo",
@@ -23,7 +21,6 @@ load(
 PatchChainInfo = _PatchChainInfo
 PatchSeriesInfo = _PatchSeriesInfo
 patch_series = _patch_series
-patch_bump_check = _patch_bump_check
 
 def patch_chain(name, series, base = "@sglang_src_0_5_19//:tree", **kwargs):
     """The verified, applied series `series` (a patch_series label) on `base`.

@@ -14,14 +14,15 @@ _json_file = rule(
     attrs = {"content": attr.string(mandatory = True)},
 )
 
-def patch_bump_check(name, candidates, series, tests, patch_tests, **kwargs):
+def patch_bump_check(name, candidates, series, series_files, tests, patch_tests, **kwargs):
     """`bazel run :<name> -- --to VERSION`: the series on a candidate release (see bump_main.py).
 
     Args:
       name: target name.
       candidates: the candidate table (patches/candidates.bzl): version -> {wheel, url, sha256,
         cpu_base (image label or None), ...}; each has a source repository @sglang_src_<v>.
-      series: leaf patch_series names to check (each with its ancestors), e.g. ["v3"].
+      series: leaf series names to check (each with its ancestors), e.g. ["v3"].
+      series_files: a filegroup of every series.json and .diff the series need.
       tests: filegroups holding every file of the series' tests (conftests, helpers too).
       patch_tests: "<series>/<patch file>" -> the test files (package-relative) whose
         detects_stock_bug tests decide whether that patch is still needed.
@@ -32,7 +33,7 @@ def patch_bump_check(name, candidates, series, tests, patch_tests, **kwargs):
         name = config,
         content = json.encode({"candidates": candidates, "patch_tests": patch_tests}),
     )
-    data = [":" + config] + tests + [":%s_series" % s for s in series]
+    data = [":" + config, series_files] + tests
     args = ["--config", "$(rootpath :%s)" % config, "--patches-dir", native.package_name()]
     for s in series:
         args += ["--series", s]

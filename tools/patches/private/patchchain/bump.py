@@ -18,6 +18,7 @@ here is one the patch_chain action would apply.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
@@ -26,7 +27,7 @@ from .chain import sha256
 from .declaration import Chain, FileStep, PatchDecl
 from .diffparse import FilePatch, Hunk, _split_lines, parse_patch
 from .errors import PatchChainError, Where
-from .layout import SourceTree
+from .layout import SourceTree, package_path
 
 APPLIES = "applies"
 APPLIES_WITH_OFFSETS = "applies-with-offsets"
@@ -42,9 +43,13 @@ NEED_VERDICTS = (STILL_NEEDED, REDUNDANT, PARTLY_REDUNDANT, UNKNOWN)
 
 STOCK_MARKER = "detects_stock_bug"
 # Outcomes of a marked test on stock that show the bug is there ("stock-bugs" in tools/podman
-# accepts the same two) and the one that shows it is gone.
+# accepts the same two) and the one that shows it is gone. A failure counts as evidence when the
+# test's own check failed (an assertion) or when it misses a name the patch itself adds (its
+# tests reach for the patch's code); another exception (an attribute the candidate renamed, a
+# config it no longer publishes) means the test could not exercise the candidate: no evidence.
 _BUG_PRESENT = ("failed", "error")
 _BUG_GONE = ("passed",)
+_MISSING_NAME = re.compile(r"has no attribute '([\w.]+)'|cannot import name '([\w.]+)'|No module named '([\w.]+)'")
 
 
 @dataclass(frozen=True)
@@ -104,15 +109,25 @@ class TestOutcome:
 
     nodeid: str
     outcome: str
-    message: str | None = None
+    message: str | None = None  # pytest's crash line, e.g. "AssertionError: ..."
+
+    def shows_bug(self, introduced: str) -> bool:
+        """Failed its own check, or missed a name in `introduced` (what the patch adds)."""
+        if self.outcome not in _BUG_PRESENT:
+            return False
+        if self.message is None or self.message.startswith(("assert", "AssertionError")):
+            return True
+        m = _MISSING_NAME.search(self.message)
+        name = next((g for g in m.groups() if g), None) if m else None
+        return name is not None and re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", introduced) is not None
 
 
 @dataclass(frozen=True)
 class Need:
     verdict: str
-    present: tuple[TestOutcome, ...] = ()  # fail on the candidate: the bug is still there
+    present: tuple[TestOutcome, ...] = ()  # fail their check on the candidate: the bug is still there
     gone: tuple[TestOutcome, ...] = ()  # pass on the candidate: upstream fixed it
-    no_evidence: tuple[TestOutcome, ...] = ()  # skipped, not collected, ...
+    no_evidence: tuple[TestOutcome, ...] = ()  # skipped, not collected, failed on another exception
     reason: str | None = None  # why the verdict is unknown
 
 
@@ -275,13 +290,29 @@ def stock_outcomes(report: dict, test_files: Iterable[str]) -> list[TestOutcome]
     return sorted(out, key=lambda o: o.nodeid)
 
 
-def need_verdict(outcomes: Sequence[TestOutcome], unavailable: str | None = None) -> Need:
-    """still-needed / redundant / partly-redundant from the patch's marked tests on stock."""
+def introduced_text(data: bytes, name: str) -> str:
+    """What a patch adds: its added lines, and the dotted names of the modules it creates."""
+    parts = []
+    for fp in parse_patch(name, data).files:
+        if fp.op == "create" and fp.path.endswith(".py"):
+            parts.append(package_path(fp.path)[: -len(".py")].replace("/", ".") + "\n")
+        for h in fp.hunks:
+            old = set(h.old_lines)
+            parts += [line.decode("utf-8", errors="replace") for line in h.new_lines if line not in old]
+    return "".join(parts)
+
+
+def need_verdict(outcomes: Sequence[TestOutcome], unavailable: str | None = None, introduced: str = "") -> Need:
+    """still-needed / redundant / partly-redundant from the patch's marked tests on stock.
+
+    `introduced` is what the patch adds (introduced_text): a test failing because one of those
+    names is missing is evidence that the patch's change is not in the candidate.
+    """
     if unavailable is not None:
         return Need(UNKNOWN, reason=unavailable)
-    present = tuple(o for o in outcomes if o.outcome in _BUG_PRESENT)
+    present = tuple(o for o in outcomes if o.shows_bug(introduced))
     gone = tuple(o for o in outcomes if o.outcome in _BUG_GONE)
-    other = tuple(o for o in outcomes if o.outcome not in _BUG_PRESENT + _BUG_GONE)
+    other = tuple(o for o in outcomes if o not in present and o not in gone)
     if not outcomes:
         return Need(UNKNOWN, reason=f"no {STOCK_MARKER} test of this patch ran on the candidate")
     if present and gone:
@@ -291,5 +322,5 @@ def need_verdict(outcomes: Sequence[TestOutcome], unavailable: str | None = None
     elif gone:
         verdict = REDUNDANT
     else:
-        return Need(UNKNOWN, no_evidence=other, reason="none of its tests passed or failed (see no_evidence)")
+        return Need(UNKNOWN, no_evidence=other, reason="no test passed or failed its own check (see no evidence)")
     return Need(verdict, present, gone, other)

@@ -32,6 +32,7 @@ from .bump import (
     Need,
     PatchResult,
     check_chain,
+    introduced_text,
     need_verdict,
     stock_outcomes,
 )
@@ -42,6 +43,7 @@ from .layout import SourceTree
 
 SCHEMA = 1
 EXIT_BAD_INPUT = 2
+LIST_LIMIT = 8  # tests listed per kind in the text; report.json lists all
 
 
 class BadInput(Exception):
@@ -104,6 +106,8 @@ def run_stock_tests(image_files: Path, test_files: list[str], out: Path, backend
     report.unlink(missing_ok=True)
     argv = ["suite", *image_args(image_files), f"--backend={backend}", "--expect=none",
             f"--report-out={report}", "--pytest-arg=-m", f"--pytest-arg={STOCK_MARKER}",
+            # one module that no longer imports on the candidate must not hide the others
+            "--pytest-arg=--continue-on-collection-errors",
             "--host-tests", *test_files]
     code = run_in_image.main(argv)
     if not report.is_file():
@@ -131,7 +135,8 @@ def result_json(r: PatchResult, tests: tuple[str, ...], need: Need) -> dict:
 def _need_text(need: Need) -> str:
     if need.reason and not (need.present or need.gone):
         return f"{need.verdict} ({need.reason})"
-    return f"{need.verdict} ({len(need.present)} fail, {len(need.gone)} pass on stock)"
+    text = f"{need.verdict} ({len(need.present)} fail, {len(need.gone)} pass on stock"
+    return text + (f", {len(need.no_evidence)} inconclusive)" if need.no_evidence else ")")
 
 
 def render_text(candidate: Candidate, chain: Chain, rows: list[tuple[PatchResult, tuple[str, ...], Need]],
@@ -174,8 +179,10 @@ def render_text(candidate: Candidate, chain: Chain, rows: list[tuple[PatchResult
                 out.append(f"    {f.note}")
         out.append(f"  still needed: {_need_text(need)}")
         for label, items in (("fail on stock", need.present), ("pass on stock", need.gone), ("no evidence", need.no_evidence)):
-            for o in items:
+            for o in items[:LIST_LIMIT]:
                 out.append(f"    {label}: {o.nodeid} ({o.outcome}{': ' + o.message if o.message else ''})")
+            if len(items) > LIST_LIMIT:
+                out.append(f"    {label}: ... and {len(items) - LIST_LIMIT} more (report.json lists all)")
         if not tests:
             out.append("    (no stock tests mapped to this patch in patches/BUILD.bazel)")
     out.append("")
@@ -285,12 +292,14 @@ def _run(args: argparse.Namespace) -> int:
     doc: dict = {"schema": SCHEMA, "candidate": asdict(candidate), "stock": stock_note, "series": []}
     text = []
     for chain in chains:
-        results = check_chain(chain, tree, read_patch_files(chain))
+        patch_bytes = read_patch_files(chain)
+        results = check_chain(chain, tree, patch_bytes)
         rows = []
         for r in results:
             tests = tuple(f"{args.patches_dir}/{f}" for f in patch_tests.get(r.patch.name, ()))
             outcomes = stock_outcomes(report, tests) if report is not None else []
-            need = need_verdict(outcomes, unavailable if report is None else (None if tests else "no stock tests mapped"))
+            need = need_verdict(outcomes, unavailable if report is None else (None if tests else "no stock tests mapped"),
+                                introduced_text(patch_bytes[r.patch.name], r.patch.name))
             rows.append((r, tests, need))
         steps = next_steps(candidate, chain, rows, out_dir)
         doc["series"].append({"series": chain.name, "chain": [d.name for d in chain.series],

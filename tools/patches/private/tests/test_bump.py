@@ -21,6 +21,7 @@ from patchchain.bump import (
     UPSTREAM,
     TestOutcome,
     check_chain,
+    introduced_text,
     need_verdict,
     stock_outcomes,
 )
@@ -157,6 +158,27 @@ def test_need_partly_redundant_names_both_sides():
     assert need.verdict == PARTLY_REDUNDANT
     assert [o.nodeid.split("::")[1] for o in need.present] == ["test_bug_1"]
     assert [o.nodeid.split("::")[1] for o in need.gone] == ["test_bug_2"]  # unmarked test_plain is no evidence
+
+
+def test_a_failure_on_another_exception_is_no_evidence_that_the_bug_is_there():
+    # The test could not exercise the candidate (its stand-in lacks an attribute 0.5.23 added).
+    drift = TestOutcome("t::drift", "failed", "AttributeError: 'TokenizerManager' object has no attribute 'x'")
+    assert need_verdict([drift]).verdict == UNKNOWN
+    need = need_verdict([drift, TestOutcome("t::bug", "failed", "AssertionError: ran on MainThread")])
+    assert need.verdict == STILL_NEEDED and [o.nodeid for o in need.no_evidence] == ["t::drift"]
+    assert need_verdict([TestOutcome("t::bare", "failed", "assert False")]).verdict == STILL_NEEDED
+
+
+def test_a_failure_on_a_name_the_patch_adds_shows_the_patch_is_missing():
+    patch = patch_text(udiff(P + "mod.py", MODULE, MODULE + "def _qsplit():\n    return 1\n"),
+                       udiff(P + "stall.py", None, "X = 1\n"))
+    added = introduced_text(patch.encode(), "v2/x.diff")
+    absent = TestOutcome("t::a", "failed", "AttributeError: module 'sglang.srt.mod' has no attribute '_qsplit'")
+    no_module = TestOutcome("t::b", "error", "ModuleNotFoundError: No module named 'sglang.srt.stall'")
+    renamed = TestOutcome("t::c", "failed", "AttributeError: module 'sglang.srt.mod' has no attribute '_qsplit_rows'")
+    assert need_verdict([absent], introduced=added).verdict == STILL_NEEDED
+    assert need_verdict([no_module], introduced=added).verdict == STILL_NEEDED
+    assert need_verdict([renamed], introduced=added).verdict == UNKNOWN  # not a name this patch adds
 
 
 def test_need_unknown_without_evidence_never_reads_as_needed():
