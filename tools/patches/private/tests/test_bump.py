@@ -238,3 +238,14 @@ def test_cli_bad_inputs_exit_2_with_the_fix(series, capsys, monkeypatch):
     config = _config(series.tmp, {})
     assert bump_main.main(_cli(series, "--config", str(config), "--no-stock-tests")) == 2
     assert "patch file changed" in capsys.readouterr().err
+
+
+def test_conflict_is_shown_where_the_moved_hunk_fits_best_not_at_its_header_line(series):
+    # Two lines on top move everything; hunk #1's context also changed, so no hunk before it
+    # says how far it moved: the best fit (most equal lines) does.
+    changed = "# one\n# two\n" + MODULE.replace("def f3():\n", "def f3(x):\n")
+    f = check(series, candidate(series, {P + "mod.py": changed}))["a.diff"].files[0]
+    assert f.status == CONFLICTS and f.conflict.hunk.startswith("#1 ")
+    assert (f.conflict.expected, f.conflict.actual) == (repr("def f3():\n"), repr("def f3(x):\n"))
+    assert changed.splitlines()[f.conflict.line - 1] == "def f3(x):"
+    assert [(h.index, h.state, h.offset) for h in f.hunks] == [(1, CONFLICTS, 0), (2, APPLIES, 2)]
