@@ -324,3 +324,14 @@ def need_verdict(outcomes: Sequence[TestOutcome], unavailable: str | None = None
     else:
         return Need(UNKNOWN, no_evidence=other, reason="no test passed or failed its own check (see no evidence)")
     return Need(verdict, present, gone, other)
+
+
+def unmapped_files(report: dict, mapped: Iterable[str]) -> dict[str, int]:
+    """Test files with marked tests in the report that no patch claims -> how many tests."""
+    claimed = set(mapped)
+    out: dict[str, int] = {}
+    for t in report.get("tests", ()):
+        path = t["nodeid"].split("::", 1)[0]
+        if path not in claimed and STOCK_MARKER in t.get("markers", ()):
+            out[path] = out.get(path, 0) + 1
+    return dict(sorted(out.items()))

@@ -35,6 +35,7 @@ from .bump import (
     introduced_text,
     need_verdict,
     stock_outcomes,
+    unmapped_files,
 )
 from .chain import read_patch_files
 from .declaration import Chain, dump_json, load_chain, patch_json
@@ -302,8 +303,13 @@ def _run(args: argparse.Namespace) -> int:
                                 introduced_text(patch_bytes[r.patch.name], r.patch.name))
             rows.append((r, tests, need))
         steps = next_steps(candidate, chain, rows, out_dir)
+        unmapped = unmapped_files(report, (t for _, ts, _ in rows for t in ts)) if report is not None else {}
+        for path, n in unmapped.items():
+            steps.append(f"map {path} ({n} {STOCK_MARKER} tests, claimed by no patch) in patch_tests of "
+                         f"//patches:bump_check (patches/BUILD.bazel), then re-run")
         doc["series"].append({"series": chain.name, "chain": [d.name for d in chain.series],
-                              "patches": [result_json(r, t, n) for r, t, n in rows], "next": steps})
+                              "patches": [result_json(r, t, n) for r, t, n in rows], "unmapped_tests": unmapped,
+                              "next": steps})
         draft_path(out_dir, chain).write_text(dump_json(draft_series(candidate, rows)))
         text.append(render_text(candidate, chain, rows, stock_note, steps))
     (out_dir / "report.json").write_text(dump_json(doc))

@@ -209,6 +209,7 @@ def test_cli_writes_text_json_and_draft_and_exits_0(series, capsys, monkeypatch)
     report = series.tmp / "report.json"
     report.write_text(json.dumps({"tests": [
         {"nodeid": "patches/v1/tests/test_a.py::t", "outcome": "failed", "markers": ["detects_stock_bug"]},
+        {"nodeid": "patches/v2/tests/test_new.py::t", "outcome": "failed", "markers": ["detects_stock_bug"]},
     ]}))
     config = _config(series.tmp, {"v1/a.diff": ["v1/tests/test_a.py"]})
     rc = bump_main.main(_cli(series, "--config", str(config), "--stock-report", str(report),
@@ -221,6 +222,8 @@ def test_cli_writes_text_json_and_draft_and_exits_0(series, capsys, monkeypatch)
         "a.diff": (APPLIES, STILL_NEEDED), "b.diff": (APPLIES, UNKNOWN), "c.diff": (UPSTREAM, UNKNOWN)}
     assert "c.diff" in out and "upstream" in out and "next:" in out
     assert "leave out (already upstream or redundant on stock): v2/c.diff" in out
+    assert "map patches/v2/tests/test_new.py (1 detects_stock_bug tests, claimed by no patch)" in out
+    assert doc["series"][0]["unmapped_tests"] == {"patches/v2/tests/test_new.py": 1}
     draft = json.loads((series.tmp / "out" / "v2.draft-series.json").read_text())
     assert [p["file"] for p in draft["patches"]] == ["a.diff", "b.diff"]
     assert draft["base"] == {"wheel": "sglang-9.9.9.whl", "sha256": "1" * 64}
