@@ -224,14 +224,13 @@ def next_steps(candidate: Candidate, chain: Chain, rows: list[tuple[PatchResult,
     steps = []
     if carry:
         files = " ".join(f"patches/{r.patch.name}" for r in carry)
-        steps.append(
-            f"start series {name} on {candidate.version} from the draft: mkdir -p patches/{name} && "
-            f"cp {draft_path(out_dir, chain)} patches/{name}/series.json && cp {files} patches/{name}/ && "
-            f"bazel run //patches:rehash_{candidate.repo_suffix} -- {name}"
-        )
+        steps.append(f"start series {name} on {candidate.version} from the draft: mkdir -p patches/{name} && "
+                     f"cp {draft_path(out_dir, chain)} patches/{name}/series.json && cp {files} patches/{name}/")
     if moved:
-        steps.append("regenerate against the candidate (hunks moved; patches written here carry no offsets): "
-                     + ", ".join(r.patch.name for r in moved))
+        steps.append("regenerate in patches/{} against the candidate (hunks moved; rehash refuses undeclared offsets): ".format(name)
+                     + ", ".join(r.patch.file for r in moved))
+    if carry:
+        steps.append(f"bazel run //patches:rehash_{candidate.repo_suffix} -- {name}   (review, then add --write)")
     if redo:
         steps.append("port by hand (conflicts; see the hunks above), then add to the series: "
                      + ", ".join(r.patch.name for r in redo))
