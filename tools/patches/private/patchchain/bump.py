@@ -33,13 +33,11 @@ APPLIES = "applies"
 APPLIES_WITH_OFFSETS = "applies-with-offsets"
 UPSTREAM = "upstream"
 CONFLICTS = "conflicts"
-APPLY_STATUSES = (APPLIES, APPLIES_WITH_OFFSETS, UPSTREAM, CONFLICTS)
 
 STILL_NEEDED = "still-needed"
 REDUNDANT = "redundant"
 PARTLY_REDUNDANT = "partly-redundant"
 UNKNOWN = "unknown"  # no test gave evidence either way: never read as "still needed"
-NEED_VERDICTS = (STILL_NEEDED, REDUNDANT, PARTLY_REDUNDANT, UNKNOWN)
 
 STOCK_MARKER = "detects_stock_bug"
 # Outcomes of a marked test on stock that show the bug is there ("stock-bugs" in tools/podman
