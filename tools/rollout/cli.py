@@ -98,24 +98,34 @@ def _compose(args: argparse.Namespace, file: Path, project: str, env_file: Path 
                    project_dir=project_dir, redact=Redactor.for_env_file(env_file))
 
 
-def _states(compose: Compose) -> dict[str, ServiceState]:
-    return compose.states()
+@dataclass
+class Revisions:
+    deployed: Compose
+    target: Compose
+    deployed_text: str
+    target_text: str
+    env_file: Path | None
+    deployed_states: dict[str, ServiceState]
+    target_states: dict[str, ServiceState]
+
+    @property
+    def plan(self):
+        return make_plan(self.deployed_states, self.target_states)
 
 
-def plan_revisions(args: argparse.Namespace, scratch: Path, project: str):
+def read_revisions(args: argparse.Namespace, scratch: Path, project: str) -> Revisions:
     workspace, cwd = _paths()
     env_file = (cwd / args.env_file) if args.env_file else None
     project_dir = (workspace / args.to.path).parent
     deployed_text, target_text = args.source.read(workspace), args.to.read(workspace)
     deployed = _compose(args, materialize(deployed_text, scratch, "from"), project, env_file, project_dir)
     target = _compose(args, materialize(target_text, scratch, "to"), project, env_file, project_dir)
-    plan = make_plan(_states(deployed), _states(target))
-    return plan, deployed, target, deployed_text, target_text, env_file
+    return Revisions(deployed, target, deployed_text, target_text, env_file, deployed.states(), target.states())
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="rollout-plan-") as scratch:
-        plan, *_ = plan_revisions(args, Path(scratch), args.project_name or "rollout-plan")
+        plan = read_revisions(args, Path(scratch), args.project_name or "rollout-plan").plan
     print(f"plan {args.source} -> {args.to}" + ("" if args.env_file else " (no --env-file: variables filled with a placeholder)"))
     print("\n".join(render(plan)))
     reasons = refusals(plan, args.services)
@@ -163,13 +173,14 @@ def cmd_apply(args: argparse.Namespace, gate: Gate | None) -> int:
         env_file = Path(journal.env_file) if journal.env_file else None
         deployed = _compose(args, Path(journal.from_file), journal.project, env_file, Path(journal.project_dir))
         target = _compose(args, Path(journal.to_file), journal.project, env_file, Path(journal.project_dir))
-        rollout = Rollout(journal, deployed, target, _gates(args, env_file), docker, _states(deployed), _states(target))
+        rollout = Rollout(journal, deployed, target, _gates(args, env_file), docker, deployed.states(), target.states())
         print(f"rollout: resuming {journal.state} of {', '.join(journal.services)} from {journal_path}")
         return rollout.rollback() if journal.state != jr.APPLYING else rollout.apply()
     if not (args.source and args.to and args.services and args.project_name):
         raise UsageError("apply needs --from, --to, --services and --project-name (or --resume --journal J)")
     with tempfile.TemporaryDirectory(prefix="rollout-apply-") as scratch:
-        plan, deployed, target, deployed_text, target_text, env_file = plan_revisions(args, Path(scratch), args.project_name)
+        revisions = read_revisions(args, Path(scratch), args.project_name)
+        plan, deployed, target, env_file = revisions.plan, revisions.deployed, revisions.target, revisions.env_file
         print(f"plan {args.source} -> {args.to} (project {args.project_name})")
         print("\n".join(render(plan)))
         reasons = refusals(plan, args.services)
@@ -179,10 +190,10 @@ def cmd_apply(args: argparse.Namespace, gate: Gate | None) -> int:
             print("rollout: --rehearsal: the deployability gate is skipped")
         else:
             check_deployable(target.file, str(args.to), gate)
-        deployed_states, target_states = _states(deployed), _states(target)
+        deployed_states, target_states = revisions.deployed_states, revisions.target_states
         check_running_revision(docker, deployed, deployed_states, args.services)
-        journal = jr.Journal.create(journal_path, args.project_name, args.services, str(args.source), deployed_text,
-                                    str(args.to), target_text, env_file, deployed.project_dir)
+        journal = jr.Journal.create(journal_path, args.project_name, args.services, str(args.source), revisions.deployed_text,
+                                    str(args.to), revisions.target_text, env_file, deployed.project_dir)
     deployed.file, target.file = Path(journal.from_file), Path(journal.to_file)
     print(f"rollout: journal {journal_path}")
     return Rollout(journal, deployed, target, _gates(args, env_file), docker, deployed_states, target_states).apply()
@@ -201,7 +212,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         for service in journal.services:
             journal.entries[service].step = jr.ROLLED
     docker = DockerAPI(os.environ.get("DOCKER_HOST") or DEFAULT_HOST)
-    rollout = Rollout(journal, deployed, target, _gates(args, env_file), docker, _states(deployed), _states(target))
+    rollout = Rollout(journal, deployed, target, _gates(args, env_file), docker, deployed.states(), target.states())
     print(f"rollout: rolling back {', '.join(journal.touched()) or '(nothing touched)'} to {journal.from_label}")
     return rollout.rollback()
 

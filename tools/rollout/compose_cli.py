@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 # Compose's hash and model both need every `${VAR:?}` guard satisfied. Without the host's env
-# file the plan fills each variable the file names with this value, on both revisions alike.
+# file each required variable gets this value, on both revisions alike (`${VAR:-default}`
+# keeps its default).
 PLAN_PLACEHOLDER = "rollout-plan-placeholder"
-_VARIABLE = re.compile(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)")
+_REQUIRED_VARIABLE = re.compile(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*):?\?")
 _GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|us|µs|ns|m|s)")
 _GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 # A value shorter than this is not masked ("1", "true"): it would garble every line.
@@ -111,7 +112,7 @@ class Compose:
         if self.env_file is None:
             # No host env map: no implicit `.env` either, every variable gets the placeholder.
             env["COMPOSE_DISABLE_ENV_FILE"] = "1"
-            for name in sorted(set(_VARIABLE.findall(self.file.read_text()))):
+            for name in sorted(set(_REQUIRED_VARIABLE.findall(self.file.read_text()))):
                 env.setdefault(name, PLAN_PLACEHOLDER)
         return env
 
