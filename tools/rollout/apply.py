@@ -49,6 +49,7 @@ class Gates:
     verify_upstream_header: str | None = None
     verify_token: str | None = None  # bearer token for the proxy; never printed
     bake_s: float = 60.0
+    max_restarts: int = 1  # a restart while `up --wait` waits: the new container crash-loops
 
 
 def http_get(url: str, timeout_s: float, token: str | None = None) -> tuple[int, dict[str, str]]:
@@ -154,22 +155,34 @@ class Rollout:
 
     # -- steps ---------------------------------------------------------------------------------
 
+    def _crash_loop(self, project: str, service: str) -> str | None:
+        """Why waiting for the service is pointless (it keeps restarting), or None."""
+        for cid in self.docker.container_ids(project, service):
+            restarts = self.docker.state(cid).restart_count
+            if restarts >= self.gates.max_restarts:
+                return f"container {cid[:12]} restarted {restarts} times while starting (crash loop)"
+        return None
+
     def _replace(self, service: str, old: Compose, old_states: dict[str, ServiceState], new: Compose) -> str:
         """Stops and removes the service's container, starts it from `new`; returns the new id."""
         old_id = new.container_id(service)
         grace = old_states[service].grace_s if service in old_states else 10.0
-        self.say(f"rollout: {service}: stopping {old_id[:12] if old_id else '(no container)'} (grace {grace:.0f} s)")
+        start = time.monotonic()
         if old_id:
+            self.say(f"rollout: {service}: stopping {old_id[:12]} (grace {grace:.0f} s)")
             old.stop(service, grace)
             old.remove(service)
+            self.say(f"rollout: {service}: {old_id[:12]} stopped and removed in {time.monotonic() - start:.1f} s")
+        start = time.monotonic()
         try:
-            new.up(service, self.gates.wait_timeout_s)
+            new.up(service, self.gates.wait_timeout_s, watch=lambda: self._crash_loop(new.project, service))
         except ComposeError as err:
             raise StepFailed(service, "up --wait", str(err)) from None
         new_id = new.container_id(service)
         if not new_id:
             raise StepFailed(service, "up --wait", "Compose reports no container afterwards")
-        self.say(f"rollout: {service}: container {old_id[:12] if old_id else '-'} -> {new_id[:12]}")
+        self.say(f"rollout: {service}: container {old_id[:12] if old_id else '-'} -> {new_id[:12]}"
+                 f" (up --wait returned in {time.monotonic() - start:.1f} s)")
         return new_id
 
     def roll(self, service: str) -> None:

@@ -146,7 +146,8 @@ def _gates(args: argparse.Namespace, env_file: Path | None) -> Gates:
     return Gates(wait_timeout_s=args.wait_timeout_s, health_timeout_s=args.health_timeout_s,
                  healthy_probes=args.healthy_probes, probe_interval_s=args.probe_interval_s,
                  verify_url=args.verify_url, verify_requests=args.verify_requests,
-                 verify_upstream_header=args.verify_upstream_header, verify_token=token, bake_s=args.bake_s)
+                 verify_upstream_header=args.verify_upstream_header, verify_token=token, bake_s=args.bake_s,
+                 max_restarts=args.max_restarts)
 
 
 def check_running_revision(docker: DockerAPI, deployed: Compose, states: dict[str, ServiceState], services: list[str]) -> None:
@@ -228,6 +229,8 @@ def _add_gate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify-upstream-header", help="response header naming the backend that answered")
     p.add_argument("--verify-token-var", help="env-file key whose value is the proxy's bearer token (never printed)")
     p.add_argument("--bake-s", type=float, default=300.0, help="bake period after the gates (default: %(default)s)")
+    p.add_argument("--max-restarts", type=int, default=1,
+                   help="restarts of the new container while `up --wait` waits that fail it as a crash loop")
 
 
 def parser() -> argparse.ArgumentParser:

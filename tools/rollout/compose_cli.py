@@ -15,9 +15,10 @@ import os
 import re
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 # Compose's hash and model both need every `${VAR:?}` guard satisfied. Without the host's env
 # file each required variable gets this value, on both revisions alike (`${VAR:-default}`
@@ -159,9 +160,34 @@ class Compose:
     def remove(self, service: str) -> None:
         self.run("rm", "--force", "--stop", service)
 
-    def up(self, service: str, wait_timeout_s: float) -> None:
-        self.run("up", "--detach", "--no-deps", "--wait", "--wait-timeout", str(round(wait_timeout_s)), service,
-                 timeout_s=wait_timeout_s + 120)
+    def up(self, service: str, wait_timeout_s: float, watch: Callable[[], str | None] = lambda: None,
+           poll_s: float = 1.0) -> None:
+        """`up --detach --no-deps --wait` of one service; `watch` is asked every poll_s while it
+        waits and ends the wait early with the reason it returns (e.g. a crash loop)."""
+        args = ("up", "--detach", "--no-deps", "--wait", "--wait-timeout", str(round(wait_timeout_s)), service)
+        with tempfile.TemporaryFile("w+") as out:
+            proc = subprocess.Popen(self._argv(*args), env=self._env(), stdout=out, stderr=subprocess.STDOUT, text=True)
+            deadline = time.monotonic() + wait_timeout_s + 120
+            reason = None
+            while proc.poll() is None and reason is None:
+                if time.monotonic() > deadline:
+                    reason = f"docker-compose up did not return in {wait_timeout_s + 120:.0f} s"
+                    break
+                time.sleep(poll_s)
+                reason = watch()
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            out.seek(0)
+            output = self.redact(out.read().strip())
+        if reason is not None:
+            raise ComposeError(f"docker-compose {' '.join(args)} stopped waiting: {reason}")
+        if proc.returncode != 0:
+            raise ComposeError(f"docker-compose {' '.join(args)} ({self.file.name}) exited {proc.returncode}:\n{output}")
 
 
 def config_content_sha256(name: str, config: Mapping[str, Any], project_dir: Path) -> str:

@@ -67,6 +67,11 @@ class DockerAPI:
             raise DockerAPIError(f"Docker API at {self.host}: GET {path} answered {status}: {body[:300]!r}")
         return json.loads(body)
 
+    def container_ids(self, project: str, service: str) -> list[str]:
+        """Ids of the service's containers (running or not), by Compose's labels."""
+        flt = json.dumps({"label": [f"com.docker.compose.project={project}", f"com.docker.compose.service={service}"]})
+        return [c["Id"] for c in self.get_json(f"/containers/json?all=true&filters={quote(flt)}")]
+
     def state(self, container_id: str) -> ContainerState:
         data = self.get_json(f"/containers/{quote(container_id)}/json")
         networks = (data.get("NetworkSettings") or {}).get("Networks") or {}

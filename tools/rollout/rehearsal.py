@@ -45,9 +45,12 @@ class PodmanService:
     def start(self, timeout_s: float = 30.0) -> None:
         self.config.write()
         self._log = self.log_path.open("ab")
+        env = self.config.environment()
+        # CNI's bridge plugin runs iptables from /usr/sbin, which a test's strict PATH lacks.
+        env["PATH"] = ":".join([env.get("PATH", "/usr/bin:/bin"), "/usr/sbin", "/sbin"])
         self.proc = subprocess.Popen(
             ["podman", "system", "service", "--time=0", self.docker_host],
-            env=self.config.environment(), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         deadline = time.monotonic() + timeout_s
@@ -95,9 +98,9 @@ class HealthTicker(threading.Thread):
             except DockerAPIError:
                 continue
             for container in containers:
-                if "(" not in (container.get("Status") or ""):  # "(starting)", "(healthy)": has a healthcheck
+                if container.get("State") != "running":
                     continue
-                try:
+                try:  # a container without a healthcheck answers an error at once
                     self.api.request("GET", f"/v4.0.0/libpod/containers/{container['Id']}/healthcheck", timeout_s=10)
                     self.runs += 1
                 except DockerAPIError:
@@ -157,6 +160,14 @@ class Prober:
         self._stopping.set()
         for thread in self._threads:
             thread.join(timeout=self.timeout_s + 5)
+
+    def wait_for(self, phase: str, probes: int, timeout_s: float) -> None:
+        """Until every target has `probes` probes in `phase` (the prober's own count)."""
+        deadline = time.monotonic() + timeout_s
+        while any(self.counts(phase, s)[0] < probes for s in self.targets):
+            if time.monotonic() > deadline:
+                raise RehearsalError(f"fewer than {probes} probes per target in {phase} after {timeout_s:.0f} s")
+            self._stopping.wait(self.interval_s)
 
     def counts(self, phase: str, service: str) -> tuple[int, int]:
         """(probes, misses) of one service in one phase."""

@@ -25,6 +25,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -115,6 +116,17 @@ class Stack:
         self.files: dict[str, Path] = {}
         self.images: dict[str, str] = {}  # name (v2, v3) -> podman image id
         self.port = _free_port()
+        self.unfinished: str | None = None  # the phase that started and did not pass
+
+    def begin(self, phase: str) -> None:
+        if self.unfinished:
+            pytest.fail(f"not run: {self.unfinished} did not pass, so the stack is not in the state this phase starts from")
+        self.unfinished = phase
+        log(phase)
+
+    def passed(self) -> None:
+        log(f"{self.unfinished}: PASSED")
+        self.unfinished = None
 
     def compose(self, revision: str) -> Compose:
         return Compose(binary=self.compose_bin, file=self.files[revision], project=self.project,
@@ -187,7 +199,7 @@ class Stack:
                 "--project-name", self.project, "--rehearsal", "--journal", str(self.tmp / journal),
                 "--wait-timeout-s", "300", "--health-timeout-s", "120", "--probe-interval-s", "0.5",
                 "--verify-url", f"http://127.0.0.1:{self.port}/v1/models", "--verify-upstream-header", "X-Upstream",
-                "--bake-s", "10"]
+                "--bake-s", "10", "--max-restarts", "1"]
         env = {**os.environ, "DOCKER_HOST": self.service.docker_host, "PYTHONPATH": os.pathsep.join(sys.path)}
         start = time.monotonic()
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1500)
@@ -231,8 +243,13 @@ def _through_proxy(port: int, requests: int) -> list[tuple[int, str]]:
     return answers
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")  # Bazel's timeout sends SIGTERM: tear down first
+
+
 @pytest.fixture(scope="module")
 def stack():
+    signal.signal(signal.SIGTERM, _interrupt)
     s = Stack()
     try:
         s.setup()
@@ -242,12 +259,13 @@ def stack():
 
 
 def test_1_deploy_all_healthy(stack: Stack) -> None:
-    log("phase 1: deploy A (r1=v2, r2=v2) with `up --detach --wait`")
+    stack.begin("phase 1: deploy A (r1=v2, r2=v2) with `up --detach --wait`")
     start = time.monotonic()
     stack.compose("a").run("up", "--detach", "--wait", "--wait-timeout", "600", timeout_s=900)
     log(f"  up --wait returned after {time.monotonic() - start:.0f} s")
     stack.start_probes()
     stack.prober.phase = "deploy"
+    stack.prober.wait_for("deploy", 25, timeout_s=60)  # 5 s of probes on the fresh deployment
     for service in (R1, R2):
         stack.compose("a").run("ps", service)
     containers = stack.containers()
@@ -261,10 +279,11 @@ def test_1_deploy_all_healthy(stack: Stack) -> None:
     assert all(status == 200 for status, _ in answers)
     counts = stack.log_probes("deploy")
     assert all(total > 0 and missed == 0 for total, missed in counts.values()), counts
+    stack.passed()
 
 
 def test_2_roll_r2_to_v3(stack: Stack) -> None:
-    log("phase 2: rollout apply A -> B for r2 (r2 to v3)")
+    stack.begin("phase 2: rollout apply A -> B for r2 (r2 to v3)")
     before = stack.containers()
     stack.log_containers("before", before)
     stack.prober.phase = "roll-v3"
@@ -282,10 +301,11 @@ def test_2_roll_r2_to_v3(stack: Stack) -> None:
     answers = _through_proxy(stack.port, 4)
     log(f"  through the proxy path: {answers}")
     assert all(status == 200 for status, _ in answers) and any(up == R2 for _, up in answers), answers
+    stack.passed()
 
 
 def test_3_broken_release_rolls_back(stack: Stack) -> None:
-    log("phase 3: rollout apply B -> C for r2 (r2 to a release that never turns healthy)")
+    stack.begin("phase 3: rollout apply B -> C for r2 (r2 to a release that never turns healthy)")
     before = stack.containers()
     stack.log_containers("before", before)
     stack.prober.phase = "roll-broken"
@@ -303,3 +323,4 @@ def test_3_broken_release_rolls_back(stack: Stack) -> None:
     journal = json.loads((stack.tmp / "journal-broken.json").read_text())
     assert journal["state"] == "rolled-back" and journal["entries"][R2]["step"] == "rolled-back"
     stack.prober.phase = "end"
+    stack.passed()

@@ -239,6 +239,7 @@ class FakeCompose:
 
     def __init__(self, revision: str, world: dict, calls: list) -> None:
         self.revision, self.world, self.calls = revision, world, calls
+        self.project = "unit"
 
     def container_id(self, service: str) -> str | None:
         return self.world.get(service)
@@ -250,7 +251,7 @@ class FakeCompose:
         self.calls.append((self.revision, "rm", service))
         self.world.pop(service, None)
 
-    def up(self, service: str, wait_timeout_s: float) -> None:
+    def up(self, service: str, wait_timeout_s: float, watch=None) -> None:
         self.calls.append((self.revision, "up", service))
         self.world[service] = f"{self.revision}-{service}-{len(self.calls)}"
 
