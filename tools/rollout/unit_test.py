@@ -29,7 +29,7 @@ R1, R2 = "model-sg-glm53-w4afp8-tp4-r1", "model-sg-glm53-w4afp8-tp4-r2"
 REGISTRAR, COLLECTOR, NGINX = "model-proxy-registrar", "otelcol-contrib", "nginx"
 RUNFILES = Path(os.environ.get("TEST_SRCDIR", ".")) / os.environ.get("TEST_WORKSPACE", "")
 COMPOSE_BIN = (RUNFILES / os.environ.get("COMPOSE_BIN", "")).absolute()
-SECRET = "hf_rolloutUnitTestSecretValue0123456789"
+SECRET = "rollout-unit-test-env-value-0123456789"
 
 
 def committed() -> str:
