@@ -2,7 +2,7 @@
 
     bazel run //tools/rollout -- plan  --from compose/F@REV --to compose/F --services S... [--env-file HOST_ENV]
     bazel run //tools/rollout -- apply --from compose/F@REV --to compose/F --services S... \\
-        --project-name P --env-file HOST_ENV --journal J [--verify-url URL] [--bake-s 300] [--rehearsal]
+        --project-name P --env-file HOST_ENV --journal J --verify-url URL [--bake-s 300] [--rehearsal]
     bazel run //tools/rollout -- apply --resume --journal J
     bazel run //tools/rollout -- rollback --journal J
 
@@ -177,8 +177,9 @@ def cmd_apply(args: argparse.Namespace, gate: Gate | None) -> int:
         rollout = Rollout(journal, deployed, target, _gates(args, env_file), docker, deployed.states(), target.states())
         print(f"rollout: resuming {journal.state} of {', '.join(journal.services)} from {journal_path}")
         return rollout.rollback() if journal.state != jr.APPLYING else rollout.apply()
-    if not (args.source and args.to and args.services and args.project_name):
-        raise UsageError("apply needs --from, --to, --services and --project-name (or --resume --journal J)")
+    if not (args.source and args.to and args.services and args.project_name and args.verify_url):
+        raise UsageError("apply needs --from, --to, --services, --project-name and --verify-url (a URL on the proxy "
+                         "path, e.g. http://127.0.0.1:8000/v1/models through nginx), or --resume --journal J")
     with tempfile.TemporaryDirectory(prefix="rollout-apply-") as scratch:
         revisions = read_revisions(args, Path(scratch), args.project_name)
         plan, deployed, target, env_file = revisions.plan, revisions.deployed, revisions.target, revisions.env_file

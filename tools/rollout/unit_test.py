@@ -158,7 +158,8 @@ def _apply_argv(tmp: Path, *extra: str) -> list[str]:
     (tmp / "compose" / "from.yaml").write_text(committed())
     (tmp / "compose" / "to.yaml").write_text(replace_once(committed(), "      MAX_RETRIES=3\n", "      MAX_RETRIES=4\n"))
     return ["--compose-bin", str(COMPOSE_BIN), "apply", "--from", "compose/from.yaml", "--to", "compose/to.yaml",
-            "--services", REGISTRAR, "--project-name", "unit", "--journal", str(tmp / "j.json"), *extra]
+            "--services", REGISTRAR, "--project-name", "unit", "--journal", str(tmp / "j.json"),
+            "--verify-url", "http://127.0.0.1:9/v1/models", *extra]
 
 
 @pytest.fixture
