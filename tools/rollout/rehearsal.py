@@ -169,6 +169,11 @@ class Prober:
                 raise RehearsalError(f"fewer than {probes} probes per target in {phase} after {timeout_s:.0f} s")
             self._stopping.wait(self.interval_s)
 
+    def last(self, phase: str, service: str, n: int) -> list[int]:
+        """Statuses of the service's last n probes in the phase."""
+        with self._lock:
+            return [p.status for p in self.probes if p.phase == phase and p.service == service][-n:]
+
     def counts(self, phase: str, service: str) -> tuple[int, int]:
         """(probes, misses) of one service in one phase."""
         with self._lock:

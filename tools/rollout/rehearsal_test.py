@@ -197,12 +197,12 @@ class Stack:
         argv = [sys.executable, "-m", "tools.rollout.cli", "--compose-bin", str(self.compose_bin), "apply",
                 "--from", str(self.files[source]), "--to", str(self.files[target]), "--services", R2,
                 "--project-name", self.project, "--rehearsal", "--journal", str(self.tmp / journal),
-                "--wait-timeout-s", "300", "--health-timeout-s", "120", "--probe-interval-s", "0.5",
+                "--wait-timeout-s", "900", "--health-timeout-s", "120", "--probe-interval-s", "0.5",
                 "--verify-url", f"http://127.0.0.1:{self.port}/v1/models", "--verify-upstream-header", "X-Upstream",
                 "--bake-s", "10", "--max-restarts", "1"]
         env = {**os.environ, "DOCKER_HOST": self.service.docker_host, "PYTHONPATH": os.pathsep.join(sys.path)}
         start = time.monotonic()
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1500)
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=2400)
         for line in (proc.stdout + proc.stderr).splitlines():
             log(f"  | {line}")
         log(f"  rollout {source} -> {target}: exit {proc.returncode} after {time.monotonic() - start:.0f} s")
@@ -261,7 +261,7 @@ def stack():
 def test_1_deploy_all_healthy(stack: Stack) -> None:
     stack.begin("phase 1: deploy A (r1=v2, r2=v2) with `up --detach --wait`")
     start = time.monotonic()
-    stack.compose("a").run("up", "--detach", "--wait", "--wait-timeout", "600", timeout_s=900)
+    stack.compose("a").run("up", "--detach", "--wait", "--wait-timeout", "900", timeout_s=1200)
     log(f"  up --wait returned after {time.monotonic() - start:.0f} s")
     stack.start_probes()
     stack.prober.phase = "deploy"
@@ -320,6 +320,8 @@ def test_3_broken_release_rolls_back(stack: Stack) -> None:
     assert counts[R1][0] > 0 and counts[R1][1] == 0, f"r1 missed probes: {counts[R1]}"
     state = stack.api.state(after[R2]["id"])
     assert state.running and state.health == "healthy"
+    stack.prober.wait_for("roll-broken", counts[R2][0] + 10, timeout_s=60)
+    assert stack.prober.last("roll-broken", R2, 10) == [200] * 10, "r2 is not answering /health after the rollback"
     journal = json.loads((stack.tmp / "journal-broken.json").read_text())
     assert journal["state"] == "rolled-back" and journal["entries"][R2]["step"] == "rolled-back"
     stack.prober.phase = "end"

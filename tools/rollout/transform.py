@@ -122,8 +122,10 @@ def rehearsal_model(model: dict[str, Any], engine_images: dict[str, str], suppor
         })
         engine["environment"] = env
         engine["volumes"] = _named_volumes(service, model) + mounts
+        # Retries: a loaded 2-core host can stall one check past 2 s; a never-healthy release is
+        # caught by the rollout's crash-loop watch and /health gate, not by this status.
         engine["healthcheck"] = {"test": ["CMD", "python3", f"{SUPPORT}/health.py", str(SERVICE_PORT)],
-                                 "interval": "1s", "timeout": "2s", "retries": 3, "start_period": "300s"}
+                                 "interval": "1s", "timeout": "2s", "retries": 10, "start_period": "600s"}
         engine["depends_on"] = {d: v for d, v in (service.get("depends_on") or {}).items() if d in keep}
         out[name] = engine
 
