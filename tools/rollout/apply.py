@@ -1,0 +1,234 @@
+"""Applies a planned rollout with the pinned Compose binary, gated, with automatic rollback.
+
+For each named service, in the order given:
+
+1. stop the old container with the service's own grace period (`stop -t`), remove it;
+2. `up --detach --no-deps --wait --wait-timeout T SERVICE` from the target revision (only that
+   service: dependencies and every other container stay as they are);
+3. health gate: `/health` on the new container's address answers 200 N times in a row within
+   the timeout;
+4. verification: requests through the proxy path (`--verify-url`) all answer 200 and, with
+   `--verify-upstream-header`, one of them names the rolled service as its upstream;
+5. bake: for `--bake-s`, `/health` keeps answering 200 and the container neither exits nor
+   restarts.
+
+Any failure rolls every service this run touched back to the deployed revision (the same
+steps from the other file, health-gated) and says so. Each step is written to the journal
+first, so an interrupted run can be resumed or rolled back.
+"""
+
+from __future__ import annotations
+
+import http.client
+import time
+from dataclasses import dataclass
+from typing import Callable
+from urllib.parse import urlsplit
+
+from tools.rollout import journal as jr
+from tools.rollout.compose_cli import Compose, ComposeError, ServiceState
+from tools.rollout.docker_api import DockerAPI, DockerAPIError
+
+
+class StepFailed(Exception):
+    def __init__(self, service: str, step: str, reason: str) -> None:
+        super().__init__(f"{service}: {step} failed: {reason}")
+        self.service, self.step, self.reason = service, step, reason
+
+
+@dataclass(frozen=True)
+class Gates:
+    wait_timeout_s: float = 1800.0
+    health_timeout_s: float = 600.0
+    health_path: str = "/health"
+    healthy_probes: int = 3
+    probe_interval_s: float = 1.0
+    probe_timeout_s: float = 3.0
+    verify_url: str | None = None
+    verify_requests: int = 4
+    verify_upstream_header: str | None = None
+    verify_token: str | None = None  # bearer token for the proxy; never printed
+    bake_s: float = 60.0
+    max_restarts: int = 1  # a restart while `up --wait` waits: the new container crash-loops
+
+
+def http_get(url: str, timeout_s: float, token: str | None = None) -> tuple[int, dict[str, str]]:
+    parts = urlsplit(url)
+    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = conn_cls(parts.hostname, parts.port, timeout=timeout_s)
+    try:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        conn.request("GET", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), headers=headers)
+        response = conn.getresponse()
+        response.read()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}
+    except (OSError, http.client.HTTPException) as err:
+        return 0, {"error": str(err) or type(err).__name__}
+    finally:
+        conn.close()
+
+
+class Rollout:
+    def __init__(self, journal: jr.Journal, deployed: Compose, target: Compose, gates: Gates, docker: DockerAPI,
+                 deployed_states: dict[str, ServiceState], target_states: dict[str, ServiceState],
+                 say: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.journal, self.deployed, self.target, self.gates, self.docker = journal, deployed, target, gates, docker
+        self.deployed_states, self.target_states = deployed_states, target_states
+        self.say, self.sleep = say, sleep
+
+    # -- gates ---------------------------------------------------------------------------------
+
+    def _health_url(self, service: str, container_id: str, states: dict[str, ServiceState]) -> str | None:
+        """The engine's /health URL on its container address; None for a service with no /health."""
+        port = states[service].health_port if service in states else None
+        if port is None:
+            return None
+        state = self.docker.state(container_id)
+        if not state.addresses:
+            raise StepFailed(service, "health gate", f"container {container_id[:12]} has no network address")
+        return f"http://{state.addresses[0]}:{port}{self.gates.health_path}"
+
+    def health_gate(self, service: str, container_id: str, states: dict[str, ServiceState]) -> None:
+        g = self.gates
+        url = self._health_url(service, container_id, states)
+        if url is None:
+            # Not an engine: `up --wait` already waited for its healthcheck; it must still run.
+            state = self.docker.state(container_id)
+            if not state.running or state.health not in (None, "healthy"):
+                raise StepFailed(service, "health gate", f"container {container_id[:12]} running={state.running} "
+                                 f"health={state.health}")
+            self.say(f"rollout: {service}: running, health {state.health or 'n/a'} (no /health: not an engine)")
+            return
+        deadline = time.monotonic() + g.health_timeout_s
+        streak, probes, last = 0, 0, "no probe yet"
+        while streak < g.healthy_probes:
+            if time.monotonic() > deadline:
+                raise StepFailed(service, "health gate", f"{url} not healthy {g.healthy_probes}x in a row within "
+                                 f"{g.health_timeout_s:.0f} s ({probes} probes; last: {last})")
+            status, headers = http_get(url, g.probe_timeout_s)
+            probes += 1
+            streak = streak + 1 if status == 200 else 0
+            last = f"HTTP {status}" if status else headers["error"]
+            if streak < g.healthy_probes:
+                self.sleep(g.probe_interval_s)
+        self.say(f"rollout: {service}: health gate passed ({url}, {probes} probes)")
+
+    def verify(self, service: str) -> None:
+        g = self.gates
+        if not g.verify_url:
+            return
+        upstreams = []
+        for i in range(g.verify_requests):
+            status, headers = http_get(g.verify_url, g.probe_timeout_s * 10, g.verify_token)
+            if status != 200:
+                raise StepFailed(service, "verification", f"request {i + 1} through {g.verify_url} answered "
+                                 + (f"HTTP {status}" if status else headers["error"]))
+            if g.verify_upstream_header:
+                upstreams.append(headers.get(g.verify_upstream_header.lower(), ""))
+        if g.verify_upstream_header and not any(service in u for u in upstreams):
+            raise StepFailed(service, "verification", f"no answer through {g.verify_url} came from {service} "
+                             f"({g.verify_upstream_header}: {sorted(set(upstreams))})")
+        self.say(f"rollout: {service}: verified through {g.verify_url} ({g.verify_requests} requests"
+                 + (f", upstreams {sorted(set(upstreams))})" if upstreams else ")"))
+
+    def bake(self, service: str, container_id: str) -> None:
+        g = self.gates
+        if g.bake_s <= 0:
+            return
+        url = self._health_url(service, container_id, self.target_states)
+        first = self.docker.state(container_id)
+        deadline = time.monotonic() + g.bake_s
+        probes = 0
+        while time.monotonic() < deadline:
+            self.sleep(g.probe_interval_s)
+            state = self.docker.state(container_id)
+            if not state.running or state.restart_count != first.restart_count:
+                raise StepFailed(service, "bake", f"container {container_id[:12]} stopped or restarted while baking")
+            probes += 1
+            if url is None:
+                continue
+            status, headers = http_get(url, g.probe_timeout_s)
+            if status != 200:
+                raise StepFailed(service, "bake", f"{url} answered " + (f"HTTP {status}" if status else headers["error"])
+                                 + f" after {probes} good probes")
+        self.say(f"rollout: {service}: baked {g.bake_s:.0f} s ({probes} probes, no restart)")
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def _crash_loop(self, project: str, service: str) -> str | None:
+        """Why waiting for the service is pointless (it keeps restarting), or None."""
+        for cid in self.docker.container_ids(project, service):
+            restarts = self.docker.state(cid).restart_count
+            if restarts >= self.gates.max_restarts:
+                return f"container {cid[:12]} restarted {restarts} times while starting (crash loop)"
+        return None
+
+    def _replace(self, service: str, old: Compose, old_states: dict[str, ServiceState], new: Compose) -> str:
+        """Stops and removes the service's container, starts it from `new`; returns the new id."""
+        old_id = new.container_id(service)
+        grace = old_states[service].grace_s if service in old_states else 10.0
+        start = time.monotonic()
+        if old_id:
+            self.say(f"rollout: {service}: stopping {old_id[:12]} (grace {grace:.0f} s)")
+            old.stop(service, grace)
+            old.remove(service)
+            self.say(f"rollout: {service}: {old_id[:12]} stopped and removed in {time.monotonic() - start:.1f} s")
+        start = time.monotonic()
+        try:
+            new.up(service, self.gates.wait_timeout_s, watch=lambda: self._crash_loop(new.project, service))
+        except ComposeError as err:
+            raise StepFailed(service, "up --wait", str(err)) from None
+        new_id = new.container_id(service)
+        if not new_id:
+            raise StepFailed(service, "up --wait", "Compose reports no container afterwards")
+        self.say(f"rollout: {service}: container {old_id[:12] if old_id else '-'} -> {new_id[:12]}"
+                 f" (up --wait returned in {time.monotonic() - start:.1f} s)")
+        return new_id
+
+    def roll(self, service: str) -> None:
+        j = self.journal
+        j.record(service, jr.STOPPING, "", old_container=self.target.container_id(service))
+        new_id = self._replace(service, self.deployed, self.deployed_states, self.target)
+        j.record(service, jr.STARTED, new_id, new_container=new_id)
+        self.health_gate(service, new_id, self.target_states)
+        j.record(service, jr.HEALTHY)
+        self.verify(service)
+        j.record(service, jr.VERIFIED)
+        self.bake(service, new_id)
+        j.record(service, jr.ROLLED)
+
+    def apply(self) -> int:
+        j = self.journal
+        j.set_state(jr.APPLYING)
+        try:
+            for service in j.services:
+                if j.entries[service].step == jr.ROLLED:
+                    self.say(f"rollout: {service}: already rolled (journal)")
+                    continue
+                self.roll(service)
+        except (StepFailed, ComposeError, DockerAPIError) as err:
+            self.say(f"rollout: FAILED: {err}")
+            self.say(f"rollout: rolling back {', '.join(j.touched())} to {j.from_label} automatically")
+            j.set_state(jr.ROLLING_BACK, str(err))
+            return self.rollback()
+        j.set_state(jr.DONE)
+        self.say(f"rollout: done: {', '.join(j.services)} on {j.to_label}")
+        return 0
+
+    def rollback(self) -> int:
+        """Returns every touched service to the deployed revision; 1 when done, 3 if it failed."""
+        j = self.journal
+        j.set_state(jr.ROLLING_BACK)
+        for service in reversed(j.touched()):
+            try:
+                new_id = self._replace(service, self.target, self.target_states, self.deployed)
+                self.health_gate(service, new_id, self.deployed_states)
+            except (StepFailed, ComposeError, DockerAPIError) as err:
+                self.say(f"rollout: ROLLBACK FAILED: {err}; the journal {j.path} keeps the state")
+                j.set_state(jr.ROLLBACK_FAILED, f"rollback: {err}")
+                return 3
+            j.record(service, jr.SERVICE_ROLLED_BACK, new_id, new_container=new_id)
+            self.say(f"rollout: {service}: rolled back to {j.from_label} (container {new_id[:12]}, healthy)")
+        j.set_state(jr.ROLLED_BACK)
+        self.say(f"rollout: rolled back: {', '.join(j.services)} on {j.from_label}")
+        return 1

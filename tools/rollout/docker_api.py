@@ -1,0 +1,86 @@
+"""Reads container state from the Docker Engine API (podman's compatible API too).
+
+Only what the health gate needs that Compose does not print: a container's address on its
+network, whether it runs, and its restart count. Plain HTTP over the unix socket DOCKER_HOST
+names (Compose itself talks to the same socket).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from dataclasses import dataclass
+from urllib.parse import quote
+
+DEFAULT_HOST = "unix:///var/run/docker.sock"
+
+
+class DockerAPIError(Exception):
+    pass
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout_s: float) -> None:
+        super().__init__("localhost", timeout=timeout_s)
+        self._path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self._path)
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    id: str
+    running: bool
+    restart_count: int
+    addresses: tuple[str, ...]  # one per network, in network-name order
+    health: str | None  # the container healthcheck's status, None without one
+
+
+@dataclass(frozen=True)
+class DockerAPI:
+    host: str = DEFAULT_HOST
+
+    @property
+    def socket_path(self) -> str:
+        if not self.host.startswith("unix://"):
+            raise DockerAPIError(f"DOCKER_HOST={self.host}: only unix:// sockets are supported")
+        return self.host[len("unix://"):]
+
+    def request(self, method: str, path: str, timeout_s: float = 30.0) -> tuple[int, bytes]:
+        conn = _UnixConnection(self.socket_path, timeout_s)
+        try:
+            conn.request(method, path)
+            response = conn.getresponse()
+            return response.status, response.read()
+        except OSError as err:
+            raise DockerAPIError(f"Docker API at {self.host}: {method} {path}: {err}") from None
+        finally:
+            conn.close()
+
+    def get_json(self, path: str, timeout_s: float = 30.0):
+        status, body = self.request("GET", path, timeout_s)
+        if status != 200:
+            raise DockerAPIError(f"Docker API at {self.host}: GET {path} answered {status}: {body[:300]!r}")
+        return json.loads(body)
+
+    def container_ids(self, project: str, service: str) -> list[str]:
+        """Ids of the service's containers (running or not), by Compose's labels."""
+        flt = json.dumps({"label": [f"com.docker.compose.project={project}", f"com.docker.compose.service={service}"]})
+        return [c["Id"] for c in self.get_json(f"/containers/json?all=true&filters={quote(flt)}")]
+
+    def state(self, container_id: str) -> ContainerState:
+        data = self.get_json(f"/containers/{quote(container_id)}/json")
+        networks = (data.get("NetworkSettings") or {}).get("Networks") or {}
+        state = data.get("State") or {}
+        health = state.get("Health") or {}
+        return ContainerState(
+            id=data["Id"],
+            running=bool(state.get("Running")),
+            restart_count=int(data.get("RestartCount") or 0),
+            addresses=tuple(n["IPAddress"] for _, n in sorted(networks.items()) if n.get("IPAddress")),
+            health=health.get("Status") or None,
+        )

@@ -1,0 +1,199 @@
+"""What a rehearsal needs around the rollout tool: podman's Docker API, healthchecks, probes.
+
+* `PodmanService`: `podman system service` on a private unix socket, configured only by the
+  project's own containers.conf/storage.conf (tools/podman/podman_backend.PodmanConfig), in
+  its own process group, stopped by that group's id.
+* `HealthTicker`: podman schedules container healthchecks with systemd timers; without systemd
+  (this machine) nothing runs them, so `up --wait` would wait forever. The ticker runs each
+  running container's healthcheck once a second through podman's own API, as the timer would.
+* `Prober`: GET /health of every engine's fixed address every 200 ms, each probe recorded with
+  the phase it fell in.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+from tools.podman import podman_backend
+from tools.rollout.docker_api import DockerAPI, DockerAPIError
+
+PROJECT_LABEL = "com.docker.compose.project"
+
+
+class RehearsalError(Exception):
+    pass
+
+
+class PodmanService:
+    def __init__(self, config: podman_backend.PodmanConfig, socket_path: Path, log: Path) -> None:
+        self.config, self.socket_path, self.log_path = config, socket_path, log
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def docker_host(self) -> str:
+        return f"unix://{self.socket_path}"
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        self.config.write()
+        self._log = self.log_path.open("ab")
+        env = self.config.environment()
+        # CNI's bridge plugin runs iptables from /usr/sbin, which a test's strict PATH lacks.
+        env["PATH"] = ":".join([env.get("PATH", "/usr/bin:/bin"), "/usr/sbin", "/sbin"])
+        self.proc = subprocess.Popen(
+            ["podman", "system", "service", "--time=0", self.docker_host],
+            env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout_s
+        api = DockerAPI(self.docker_host)
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RehearsalError(f"podman system service exited {self.proc.returncode}; see {self.log_path}")
+            try:
+                if api.request("GET", "/_ping", timeout_s=2)[0] == 200:
+                    return
+            except DockerAPIError:
+                pass
+            time.sleep(0.2)
+        raise RehearsalError(f"podman system service did not answer on {self.socket_path} within {timeout_s:.0f} s")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self._log.close()
+        self.socket_path.unlink(missing_ok=True)
+
+
+def project_filter(project: str) -> str:
+    return quote(json.dumps({"label": [f"{PROJECT_LABEL}={project}"]}))
+
+
+class HealthTicker(threading.Thread):
+    def __init__(self, api: DockerAPI, project: str, interval_s: float = 1.0) -> None:
+        super().__init__(daemon=True, name="health-ticker")
+        self.api, self.project, self.interval_s = api, project, interval_s
+        self.stopping = threading.Event()
+        self.runs = 0
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.interval_s):
+            try:
+                containers = self.api.get_json(f"/containers/json?filters={project_filter(self.project)}")
+            except DockerAPIError:
+                continue
+            for container in containers:
+                if container.get("State") != "running":
+                    continue
+                try:  # a container without a healthcheck answers an error at once
+                    self.api.request("GET", f"/v4.0.0/libpod/containers/{container['Id']}/healthcheck", timeout_s=10)
+                    self.runs += 1
+                except DockerAPIError:
+                    pass
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=15)
+
+
+@dataclass(frozen=True)
+class Probe:
+    service: str
+    phase: str
+    at: float
+    status: int  # 0: no answer within the timeout
+    latency_s: float
+
+
+@dataclass
+class Prober:
+    targets: dict[str, str]  # service -> base URL
+    interval_s: float = 0.2
+    timeout_s: float = 2.0
+    phase: str = "setup"
+    probes: list[Probe] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._loop, args=(s, u), daemon=True) for s, u in self.targets.items()]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def _loop(self, service: str, base: str) -> None:
+        parts = base.split("://", 1)[1]
+        host, _, port = parts.partition(":")
+        next_at = time.monotonic()
+        while not self._stopping.is_set():
+            start = time.monotonic()
+            conn = http.client.HTTPConnection(host, int(port or 80), timeout=self.timeout_s)
+            try:
+                conn.request("GET", "/health")
+                status = conn.getresponse().status
+            except (OSError, http.client.HTTPException):
+                status = 0
+            finally:
+                conn.close()
+            with self._lock:
+                self.probes.append(Probe(service, self.phase, start, status, time.monotonic() - start))
+            next_at += self.interval_s
+            self._stopping.wait(max(0.0, next_at - time.monotonic()))
+
+    def stop(self) -> None:
+        self._stopping.set()
+        for thread in self._threads:
+            thread.join(timeout=self.timeout_s + 5)
+
+    def wait_for(self, phase: str, probes: int, timeout_s: float) -> None:
+        """Until every target has `probes` probes in `phase` (the prober's own count)."""
+        deadline = time.monotonic() + timeout_s
+        while any(self.counts(phase, s)[0] < probes for s in self.targets):
+            if time.monotonic() > deadline:
+                raise RehearsalError(f"fewer than {probes} probes per target in {phase} after {timeout_s:.0f} s")
+            self._stopping.wait(self.interval_s)
+
+    def last(self, phase: str, service: str, n: int) -> list[int]:
+        """Statuses of the service's last n probes in the phase."""
+        with self._lock:
+            return [p.status for p in self.probes if p.phase == phase and p.service == service][-n:]
+
+    def counts(self, phase: str, service: str) -> tuple[int, int]:
+        """(probes, misses) of one service in one phase."""
+        with self._lock:
+            mine = [p for p in self.probes if p.phase == phase and p.service == service]
+        return len(mine), sum(1 for p in mine if p.status != 200)
+
+
+def project_objects(api: DockerAPI, project: str) -> dict[str, list[str]]:
+    """Ids of the containers, networks and volumes Compose labelled with the project."""
+    flt = project_filter(project)
+    containers = [c["Id"] for c in api.get_json(f"/containers/json?all=true&filters={flt}")]
+    networks = [n["Id"] for n in api.get_json(f"/networks?filters={flt}")]
+    volumes = [v["Name"] for v in (api.get_json(f"/volumes?filters={flt}").get("Volumes") or [])]
+    return {"containers": containers, "networks": networks, "volumes": volumes}
+
+
+def remove_objects(api: DockerAPI, objects: dict[str, list[str]]) -> None:
+    for cid in objects["containers"]:
+        api.request("DELETE", f"/containers/{cid}?force=true&v=true")
+    for nid in objects["networks"]:
+        api.request("DELETE", f"/networks/{nid}")
+    for name in objects["volumes"]:
+        api.request("DELETE", f"/volumes/{quote(name)}?force=true")

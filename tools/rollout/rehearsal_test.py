@@ -1,0 +1,328 @@
+"""The rollout rehearsed on this machine: the long-context deployment on podman, three phases.
+
+Revisions (each Compose's canonical model of a file generated from the same tables, turned
+into its CPU rehearsal by tools/rollout/transform.py): A = r1 and r2 on v2 (the tables with
+r2's release set to glm53_v2), B = the committed file (r2 on v3), C = B with r2 broken (its
+server never starts, so it never turns healthy). /health of both engines is probed every
+200 ms from the first deploy to the end.
+
+1. deploy A with `up --wait`: every engine healthy;
+2. `rollout apply` A -> B for r2: only r2's container replaced, r1 never misses a probe, r2
+   healthy and answering through the proxy path (nginx stand-in -> proxy stand-in -> r2);
+3. `rollout apply` B -> C for r2: the gate fails, the tool rolls r2 back to B on its own, r1
+   never misses a probe, r2 ends on v3 and healthy.
+
+The log (stderr and rehearsal.log in the test outputs) shows each phase with probe counts and
+container ids. Everything started (podman service, containers, networks, volumes) is removed
+by id at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from generators.compose_gen.cli import main as generate_main
+from tools.podman import podman_backend
+from tools.podman.oci_layout import parse_blob_args, read_image
+from tools.podman.spec import RunSpec, default_cache_root
+from tools.rollout.compose_cli import Compose
+from tools.rollout.docker_api import DockerAPI
+from tools.rollout.rehearsal import HealthTicker, PodmanService, Prober, project_filter, project_objects, remove_objects
+from tools.rollout.transform import rehearsal_model
+
+LONG = "GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml"
+R1, R2 = "model-sg-glm53-w4afp8-tp4-r1", "model-sg-glm53-w4afp8-tp4-r2"
+RUNFILES = Path(os.environ.get("TEST_SRCDIR", ".")) / os.environ.get("TEST_WORKSPACE", "")
+SERVICE_LABEL = "com.docker.compose.service"
+
+
+def log(line: str) -> None:
+    print(f"rehearsal: {line}", file=sys.__stderr__, flush=True)
+    out = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
+    if out:
+        with open(Path(out) / "rehearsal.log", "a") as handle:
+            handle.write(line + "\n")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _free_subnet(pid: int) -> str:
+    routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
+    for i in range(200):
+        candidate = f"10.{200 + (pid + i) % 50}.{(pid // 50 + i) % 250}."
+        if candidate not in routes:
+            return candidate + "0/24"
+    raise RuntimeError("no free 10.x.y.0/24 for the rehearsal network")
+
+
+def _revision_a(tmp: Path) -> str:
+    """The long-context file as the generator makes it with r2 on glm53_v2."""
+    tables = RUNFILES / "generators" / "tables"
+    lines = (tables / "glm53_tp4_w4afp8_long_context.toml").read_text().splitlines(keepends=True)
+    release_lines = [i for i, line in enumerate(lines) if line.startswith("release = ")]
+    assert len(release_lines) == 2, "expected one release line per replica (r1, r2)"
+    lines[release_lines[1]] = 'release = "glm53_v2"\n'
+    table = tmp / "long_context_r2_v2.toml"
+    table.write_text("".join(lines))
+    records = [f"glm53_v{n}={RUNFILES / 'recipes' / 'releases' / f'glm53_v{n}.json'}" for n in (1, 2, 3)]
+    out = tmp / "a.generated.yaml"
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert generate_main([a for r in records for a in ("--release", r)]
+                             + ["--common", str(tables / "common.toml"), "--deployment", str(table), "--print", LONG]) == 0
+    out.write_text(buffer.getvalue())
+    return out.read_text()
+
+
+def _load_image(config: podman_backend.PodmanConfig, files_json: str) -> tuple[str, str, str]:
+    """(manifest digest, local reference, image id) of an image_files target, pulled into podman."""
+    files = json.loads((RUNFILES / files_json).read_text())
+    image = read_image(RUNFILES / files["layout"], parse_blob_args(files["blobs"]))  # blobs: relative to RUNFILES (cwd)
+    image_id = podman_backend.pull(config, RunSpec(image=image, command=[]))
+    ref = f"{podman_backend.IMAGE_NAME}:{image.manifest_digest.split(':', 1)[1][:16]}"
+    return image.manifest_digest, ref, image_id
+
+
+class Stack:
+    def __init__(self) -> None:
+        self.tmp = Path(os.environ.get("TEST_TMPDIR") or tempfile.mkdtemp()) / "rehearsal"
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        self.sock_dir = Path(tempfile.mkdtemp(prefix="glm53-rehearsal-", dir="/tmp"))
+        self.compose_bin = (RUNFILES / os.environ["COMPOSE_BIN"]).absolute()
+        self.project = f"rehearsal{os.getpid()}"
+        self.config = podman_backend.PodmanConfig(default_cache_root() / "podman")
+        self.service = PodmanService(self.config, self.sock_dir / "podman.sock", self.tmp / "podman-service.log")
+        self.api = DockerAPI(self.service.docker_host)
+        self.ticker: HealthTicker | None = None
+        self.prober: Prober | None = None
+        self.files: dict[str, Path] = {}
+        self.images: dict[str, str] = {}  # name (v2, v3) -> podman image id
+        self.port = _free_port()
+        self.unfinished: str | None = None  # the phase that started and did not pass
+
+    def begin(self, phase: str) -> None:
+        if self.unfinished:
+            pytest.fail(f"not run: {self.unfinished} did not pass, so the stack is not in the state this phase starts from")
+        self.unfinished = phase
+        log(phase)
+
+    def passed(self) -> None:
+        log(f"{self.unfinished}: PASSED")
+        self.unfinished = None
+
+    def compose(self, revision: str) -> Compose:
+        return Compose(binary=self.compose_bin, file=self.files[revision], project=self.project,
+                       docker_host=self.service.docker_host)
+
+    def setup(self) -> None:
+        start = time.monotonic()
+        os.chdir(RUNFILES)
+        self.service.start()
+        log(f"podman system service on {self.service.socket_path} (pid {self.service.proc.pid}),"
+            f" storage {self.config.root}")
+        records = {n: json.loads((RUNFILES / "recipes" / "releases" / f"glm53_{n}.json").read_text()) for n in ("v2", "v3")}
+        engine_images = {}
+        for name in ("v2", "v3"):
+            digest, ref, image_id = _load_image(self.config, os.environ[f"REHEARSAL_IMAGE_{name.upper()}"])
+            assert digest == records[name]["digest"], (
+                f"recipes/releases/glm53_{name}.json records {records[name]['digest']} but the image built here is "
+                f"{digest}: regenerate the record (tools/release/README.md)")
+            engine_images[f"{records[name]['repository']}@{digest}"] = ref
+            self.images[name] = image_id
+            log(f"image {name}: {ref} (id {image_id[:12]}, manifest {digest[:19]})")
+        _, support_ref, support_id = _load_image(self.config, os.environ["REHEARSAL_IMAGE_BASE"])
+        log(f"stand-in image (project CPU base): {support_ref} (id {support_id[:12]})")
+        lab_dir, support_dir = self.tmp / "lab", self.tmp / "support"
+        for src, dest in ((RUNFILES / "lab" / "in_container", lab_dir), (RUNFILES / "tools" / "rollout" / "in_container", support_dir)):
+            shutil.rmtree(dest, ignore_errors=True)
+            shutil.copytree(src, dest, symlinks=False, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        subnet = _free_subnet(os.getpid())
+        texts = {"a": _revision_a(self.tmp), "b": (RUNFILES / "compose" / LONG).read_text()}
+        for revision, broken in (("a", frozenset()), ("b", frozenset()), ("c", frozenset({R2}))):
+            source = self.tmp / f"{revision}.source.yaml"
+            source.write_text(texts["b" if revision == "c" else revision])
+            model = Compose(binary=self.compose_bin, file=source, project=self.project).model()
+            rehearsal = rehearsal_model(model, engine_images, support_ref, str(lab_dir), str(support_dir), subnet,
+                                        self.port, broken)
+            self.files[revision] = self.tmp / f"rev-{revision}.yaml"
+            self.files[revision].write_text(json.dumps(rehearsal.model, indent=1, sort_keys=True) + "\n")
+            self.addresses = rehearsal.addresses
+            log(f"revision {revision}: {self.files[revision].name}; dropped {', '.join(rehearsal.dropped)}")
+        self.ticker = HealthTicker(self.api, self.project)
+        self.ticker.start()
+        log(f"setup done in {time.monotonic() - start:.0f} s (network {subnet}, ingress 127.0.0.1:{self.port})")
+
+    def containers(self) -> dict[str, dict]:
+        """service -> {id, image} of the project's containers, from the Docker API."""
+        out = {}
+        for c in self.api.get_json(f"/containers/json?all=true&filters={project_filter(self.project)}"):
+            out[c["Labels"][SERVICE_LABEL]] = {"id": c["Id"], "image": c["ImageID"].removeprefix("sha256:"), "state": c["State"]}
+        return out
+
+    def log_containers(self, title: str, containers: dict[str, dict]) -> None:
+        names = {v: k for k, v in self.images.items()}
+        for service in sorted(containers):
+            c = containers[service]
+            log(f"  {title} {service:<32} {c['id'][:12]} {c['state']:<8} {names.get(c['image'], c['image'][:12])}")
+
+    def start_probes(self) -> None:
+        self.prober = Prober({s: f"http://{self.addresses[s]}:8000" for s in (R1, R2)})
+        self.prober.start()
+
+    def log_probes(self, phase: str) -> dict[str, tuple[int, int]]:
+        counts = {s: self.prober.counts(phase, s) for s in (R1, R2)}
+        for service, (total, missed) in counts.items():
+            log(f"  probes {phase} {service}: {total} sent, {total - missed} answered 200, {missed} missed")
+        return counts
+
+    def rollout(self, source: str, target: str, journal: str) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "tools.rollout.cli", "--compose-bin", str(self.compose_bin), "apply",
+                "--from", str(self.files[source]), "--to", str(self.files[target]), "--services", R2,
+                "--project-name", self.project, "--rehearsal", "--journal", str(self.tmp / journal),
+                "--wait-timeout-s", "900", "--health-timeout-s", "120", "--probe-interval-s", "0.5",
+                "--verify-url", f"http://127.0.0.1:{self.port}/v1/models", "--verify-upstream-header", "X-Upstream",
+                "--bake-s", "10", "--max-restarts", "1"]
+        env = {**os.environ, "DOCKER_HOST": self.service.docker_host, "PYTHONPATH": os.pathsep.join(sys.path)}
+        start = time.monotonic()
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=2400)
+        for line in (proc.stdout + proc.stderr).splitlines():
+            log(f"  | {line}")
+        log(f"  rollout {source} -> {target}: exit {proc.returncode} after {time.monotonic() - start:.0f} s")
+        return proc
+
+    def teardown(self) -> None:
+        for part in (self.prober, self.ticker):
+            if part is not None:
+                part.stop()
+        left: dict[str, list[str]] = {}
+        try:
+            if self.service.proc is not None and self.files:
+                self.compose("a").run("down", "--volumes", "--remove-orphans", "--timeout", "10", timeout_s=300, check=False)
+                left = project_objects(self.api, self.project)
+                if any(left.values()):
+                    log(f"teardown: removing what `down` left, by id: {left}")
+                    remove_objects(self.api, left)
+                left = project_objects(self.api, self.project)
+                log(f"teardown: project objects left: {sum(len(v) for v in left.values())}")
+        finally:
+            self.service.stop()
+            shutil.rmtree(self.sock_dir, ignore_errors=True)
+            log(f"teardown: podman system service stopped (pid {self.service.proc.pid if self.service.proc else '-'})")
+        assert not any(left.values()), f"the rehearsal left {left}"
+
+
+def _through_proxy(port: int, requests: int) -> list[tuple[int, str]]:
+    answers = []
+    for _ in range(requests):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            conn.request("GET", "/v1/models")
+            response = conn.getresponse()
+            response.read()
+            answers.append((response.status, response.getheader("X-Upstream") or ""))
+        finally:
+            conn.close()
+    return answers
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")  # Bazel's timeout sends SIGTERM: tear down first
+
+
+@pytest.fixture(scope="module")
+def stack():
+    signal.signal(signal.SIGTERM, _interrupt)
+    s = Stack()
+    try:
+        s.setup()
+        yield s
+    finally:
+        s.teardown()
+
+
+def test_1_deploy_all_healthy(stack: Stack) -> None:
+    stack.begin("phase 1: deploy A (r1=v2, r2=v2) with `up --detach --wait`")
+    start = time.monotonic()
+    stack.compose("a").run("up", "--detach", "--wait", "--wait-timeout", "900", timeout_s=1200)
+    log(f"  up --wait returned after {time.monotonic() - start:.0f} s")
+    stack.start_probes()
+    stack.prober.phase = "deploy"
+    stack.prober.wait_for("deploy", 25, timeout_s=60)  # 5 s of probes on the fresh deployment
+    for service in (R1, R2):
+        stack.compose("a").run("ps", service)
+    containers = stack.containers()
+    stack.log_containers("deployed", containers)
+    for service in (R1, R2):
+        state = stack.api.state(containers[service]["id"])
+        assert state.running and state.health == "healthy", f"{service}: running={state.running} health={state.health}"
+        assert containers[service]["image"] == stack.images["v2"]
+    answers = _through_proxy(stack.port, 4)
+    log(f"  through the proxy path: {answers}")
+    assert all(status == 200 for status, _ in answers)
+    counts = stack.log_probes("deploy")
+    assert all(total > 0 and missed == 0 for total, missed in counts.values()), counts
+    stack.passed()
+
+
+def test_2_roll_r2_to_v3(stack: Stack) -> None:
+    stack.begin("phase 2: rollout apply A -> B for r2 (r2 to v3)")
+    before = stack.containers()
+    stack.log_containers("before", before)
+    stack.prober.phase = "roll-v3"
+    proc = stack.rollout("a", "b", "journal-v3.json")
+    after = stack.containers()
+    stack.log_containers("after ", after)
+    counts = stack.log_probes("roll-v3")
+    assert proc.returncode == 0, proc.stderr
+    assert {s for s in before if before[s]["id"] != after.get(s, {}).get("id")} == {R2}
+    assert set(after) == set(before)
+    assert after[R2]["image"] == stack.images["v3"]
+    assert counts[R1][0] > 0 and counts[R1][1] == 0, f"r1 missed probes: {counts[R1]}"
+    state = stack.api.state(after[R2]["id"])
+    assert state.running and state.health == "healthy"
+    answers = _through_proxy(stack.port, 4)
+    log(f"  through the proxy path: {answers}")
+    assert all(status == 200 for status, _ in answers) and any(up == R2 for _, up in answers), answers
+    stack.passed()
+
+
+def test_3_broken_release_rolls_back(stack: Stack) -> None:
+    stack.begin("phase 3: rollout apply B -> C for r2 (r2 to a release that never turns healthy)")
+    before = stack.containers()
+    stack.log_containers("before", before)
+    stack.prober.phase = "roll-broken"
+    proc = stack.rollout("b", "c", "journal-broken.json")
+    after = stack.containers()
+    stack.log_containers("after ", after)
+    counts = stack.log_probes("roll-broken")
+    assert proc.returncode == 1, proc.stderr
+    assert "rollout: FAILED:" in proc.stdout and f"{R2}: rolled back to" in proc.stdout, proc.stdout
+    assert {s for s in before if before[s]["id"] != after.get(s, {}).get("id")} == {R2}
+    assert after[R2]["image"] == stack.images["v3"], "r2 is not back on the previous release"
+    assert counts[R1][0] > 0 and counts[R1][1] == 0, f"r1 missed probes: {counts[R1]}"
+    state = stack.api.state(after[R2]["id"])
+    assert state.running and state.health == "healthy"
+    stack.prober.wait_for("roll-broken", counts[R2][0] + 10, timeout_s=60)
+    assert stack.prober.last("roll-broken", R2, 10) == [200] * 10, "r2 is not answering /health after the rollback"
+    journal = json.loads((stack.tmp / "journal-broken.json").read_text())
+    assert journal["state"] == "rolled-back" and journal["entries"][R2]["step"] == "rolled-back"
+    stack.prober.phase = "end"
+    stack.passed()

@@ -1,0 +1,347 @@
+"""The rollout planner, gate seam, journal and automatic rollback, deterministically.
+
+Planner cases run the pinned Compose binary on copies of the committed long-context file with
+one drift each; the apply/rollback cases drive `Rollout` with a recording fake Compose and a
+real local HTTP server standing in for the engine's /health.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tools.rollout import cli
+from tools.rollout import journal as jr
+from tools.rollout.apply import Gates, Rollout
+from tools.rollout.compose_cli import Compose, Redactor, ServiceState, go_duration_s
+from tools.rollout.docker_api import ContainerState
+from tools.rollout.plan import FORCE_RECREATE, RECREATE, make_plan, refusals
+from tools.rollout.transform import rehearsal_model
+
+LONG = "GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml"
+R1, R2 = "model-sg-glm53-w4afp8-tp4-r1", "model-sg-glm53-w4afp8-tp4-r2"
+REGISTRAR, COLLECTOR, NGINX = "model-proxy-registrar", "otelcol-contrib", "nginx"
+RUNFILES = Path(os.environ.get("TEST_SRCDIR", ".")) / os.environ.get("TEST_WORKSPACE", "")
+COMPOSE_BIN = (RUNFILES / os.environ.get("COMPOSE_BIN", "")).absolute()
+SECRET = "rollout-unit-test-env-value-0123456789"
+
+
+def committed() -> str:
+    return (RUNFILES / "compose" / LONG).read_text()
+
+
+def states_of(text: str, tmp: Path, name: str, env_file: Path | None = None) -> dict[str, ServiceState]:
+    path = tmp / f"{name}.yaml"
+    path.write_text(text)
+    return Compose(binary=COMPOSE_BIN, file=path, project="unit", env_file=env_file).states()
+
+
+def plan_of(tmp: Path, mutated: str):
+    return make_plan(states_of(committed(), tmp, "from"), states_of(mutated, tmp, "to"))
+
+
+def replace_once(text: str, old: str, new: str) -> str:
+    assert text.count(old) >= 1, f"{old!r} not in the committed file"
+    return text.replace(old, new, 1)
+
+
+# -- planner on the committed file ------------------------------------------------------------
+
+
+def test_identical_revisions_change_nothing(tmp_path: Path) -> None:
+    plan = plan_of(tmp_path, committed())
+    assert plan.changes == {}
+    assert refusals(plan, [R2]) == [f"named services the target revision does not change: {R2}"]
+
+
+def test_grace_period_in_the_shared_anchor_recreates_both_engines(tmp_path: Path) -> None:
+    plan = plan_of(tmp_path, replace_once(committed(), "  stop_grace_period: 5m\n", "  stop_grace_period: 10s\n"))
+    assert {n: c.kind for n, c in plan.changes.items()} == {R1: RECREATE, R2: RECREATE}
+    [reason] = refusals(plan, [R2])
+    assert reason.startswith(f"the target revision also changes services not named with --services: {R1} (Compose recreate hash")
+    assert refusals(plan, [R1, R2]) == []
+
+
+def test_healthcheck_and_ports_are_changes_compose_acts_on(tmp_path: Path) -> None:
+    text = replace_once(committed(), "      interval: 30s\n", "      interval: 31s\n")
+    text = replace_once(text, '      - "8001:8001"\n', '      - "8002:8001"\n')
+    plan = plan_of(tmp_path, text)
+    assert {n: c.kind for n, c in plan.changes.items()} == {NGINX: RECREATE, REGISTRAR: RECREATE}
+
+
+def test_scrape_label_change_needs_the_collector_force_recreated(tmp_path: Path) -> None:
+    """r2's labels move in the collector's inline config: Compose's hash of the collector stays."""
+    text = committed()
+    scrape = "                      engine_image: a3b935c84313\n"
+    plan = plan_of(tmp_path, replace_once(text, scrape, "                      engine_image: 01282e5accd7\n"))
+    change = plan.changes[COLLECTOR]
+    assert change.kind == FORCE_RECREATE
+    assert change.reasons[0].startswith("config otelcol_app_config content changed")
+    assert list(plan.changes) == [COLLECTOR]
+    assert any(f"not named with --services: {COLLECTOR} (config otelcol_app_config content changed" in r
+               for r in refusals(plan, []))
+    assert refusals(plan, [COLLECTOR]) == []
+
+
+def test_a_rollout_naming_the_registrar_works(tmp_path: Path) -> None:
+    """A registrar script edit: invisible to Compose's hash, planned as the registrar's forced recreate."""
+    text = replace_once(committed(), "      MAX_RETRIES=3\n", "      MAX_RETRIES=4\n")
+    plan = plan_of(tmp_path, text)
+    assert {n: c.kind for n, c in plan.changes.items()} == {REGISTRAR: FORCE_RECREATE}
+    assert refusals(plan, [REGISTRAR]) == []
+
+
+def test_removing_a_service_is_refused(tmp_path: Path) -> None:
+    text = committed()
+    start = text.index("  dcgm-glm53:\n")
+    end = text.index("  otelcol-contrib:\n")
+    plan = plan_of(tmp_path, text[:start] + text[end:])
+    assert any("would remove (orphan) dcgm-glm53" in r for r in refusals(plan, ["dcgm-glm53"]))
+
+
+def test_unknown_service_is_refused(tmp_path: Path) -> None:
+    plan = plan_of(tmp_path, committed())
+    assert any("neither revision defines" in r and "no-such-service" in r for r in refusals(plan, ["no-such-service"]))
+
+
+def test_plan_prints_no_env_value(tmp_path: Path, capsys) -> None:
+    env = tmp_path / "host.env"
+    env.write_text("\n".join(f"{k}={SECRET}" for k in (
+        "HUGGING_FACE_HUB_TOKEN", "PROXY_TOKEN", "MODEL_PROXY_TOKEN", "CLOUD_API_USAGE_TOKEN",
+        "MONITORING_INGEST_TOKEN", "WEB_CONTEXT_SEARCH_API_KEY", "WEB_CONTEXT_SEARCH_URL")) + "\nHOST_IP=10.1.2.3\n")
+    (tmp_path / "compose").mkdir()
+    (tmp_path / "compose" / "to.yaml").write_text(replace_once(committed(), "      MAX_RETRIES=3\n", "      MAX_RETRIES=4\n"))
+    (tmp_path / "compose" / "from.yaml").write_text(committed())
+    os.environ["BUILD_WORKSPACE_DIRECTORY"] = os.environ["BUILD_WORKING_DIRECTORY"] = str(tmp_path)
+    try:
+        rc = cli.main(["--compose-bin", str(COMPOSE_BIN), "plan", "--from", "compose/from.yaml", "--to", "compose/to.yaml",
+                       "--services", REGISTRAR, "--env-file", "host.env"])
+    finally:
+        del os.environ["BUILD_WORKSPACE_DIRECTORY"], os.environ["BUILD_WORKING_DIRECTORY"]
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert f"force-recreate  {REGISTRAR}" in out.out
+    assert SECRET not in out.out + out.err and "10.1.2.3" not in out.out + out.err
+
+
+def test_redactor_masks_env_file_values(tmp_path: Path) -> None:
+    env = tmp_path / "host.env"
+    env.write_text(f"PROXY_TOKEN={SECRET}\nFLAG=1\n")
+    redact = Redactor.for_env_file(env)
+    assert redact(f"error: bad value {SECRET} for x=1") == "error: bad value <redacted> for x=1"
+
+
+def test_go_durations() -> None:
+    assert go_duration_s("5m0s", "x") == 300.0
+    assert go_duration_s("1h2m3.5s", "x") == 3723.5
+    with pytest.raises(Exception, match="not a duration"):
+        go_duration_s("5 minutes", "x")
+
+
+# -- the deployability gate seam ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reason:
+    message: str
+    fix: str
+
+
+def _apply_argv(tmp: Path, *extra: str) -> list[str]:
+    (tmp / "compose").mkdir(exist_ok=True)
+    (tmp / "compose" / "from.yaml").write_text(committed())
+    (tmp / "compose" / "to.yaml").write_text(replace_once(committed(), "      MAX_RETRIES=3\n", "      MAX_RETRIES=4\n"))
+    return ["--compose-bin", str(COMPOSE_BIN), "apply", "--from", "compose/from.yaml", "--to", "compose/to.yaml",
+            "--services", REGISTRAR, "--project-name", "unit", "--journal", str(tmp / "j.json"),
+            "--verify-url", "http://127.0.0.1:9/v1/models", *extra]
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("BUILD_WORKSPACE_DIRECTORY", str(tmp_path))
+    monkeypatch.setenv("BUILD_WORKING_DIRECTORY", str(tmp_path))
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    return tmp_path
+
+
+def test_non_deployable_target_is_refused(workspace: Path, capsys) -> None:
+    seen = []
+
+    def gate(path: Path) -> list[Reason]:
+        seen.append(path.read_text())
+        return [Reason("engine_image pin of r2 is UNKNOWN", "run //pins:resolve")]
+
+    assert cli.main(_apply_argv(workspace), gate=gate) == 1
+    err = capsys.readouterr().err
+    assert "REFUSED: compose/to.yaml is not deployable (1 reasons):" in err
+    assert "engine_image pin of r2 is UNKNOWN (fix: run //pins:resolve)" in err
+    assert seen and "MAX_RETRIES=4" in seen[0]  # the gate saw the target revision
+    assert not (workspace / "j.json").exists()
+
+
+def test_rehearsal_skips_the_gate(workspace: Path, capsys) -> None:
+    def gate(path: Path) -> list[Reason]:
+        raise AssertionError("the gate must not run with --rehearsal")
+
+    # Past the gate the tool asks Compose for the running containers; here there is no engine.
+    assert cli.main(_apply_argv(workspace, "--rehearsal"), gate=gate) == 2
+    out = capsys.readouterr()
+    assert "--rehearsal: the deployability gate is skipped" in out.out
+    assert "docker-compose ps --all --quiet model-proxy-registrar" in out.err
+
+
+def test_missing_gate_module_refuses(workspace: Path, capsys, monkeypatch) -> None:
+    import builtins
+    real_import = builtins.__import__
+
+    def no_deployable(name, *args, **kwargs):
+        if name == "compose" and args and args[2] and "deployable" in args[2]:
+            raise ImportError("No module named 'compose.deployable'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_deployable)
+    assert cli.main(_apply_argv(workspace)) == 1
+    assert "add //compose:deployable_lib to //tools/rollout's deps" in capsys.readouterr().err
+
+
+# -- apply, automatic rollback, journal ------------------------------------------------------------
+
+
+class Health(BaseHTTPRequestHandler):
+    healthy: set[str] = set()  # container ids whose /health answers 200
+
+    def do_GET(self) -> None:
+        cid = self.path.split("/")[1]
+        self.send_response(200 if cid in Health.healthy else 503)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def health_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+class FakeCompose:
+    """Records lifecycle calls; containers are named after the revision that started them."""
+
+    def __init__(self, revision: str, world: dict, calls: list) -> None:
+        self.revision, self.world, self.calls = revision, world, calls
+        self.project = "unit"
+
+    def container_id(self, service: str) -> str | None:
+        return self.world.get(service)
+
+    def stop(self, service: str, grace_s: float) -> None:
+        self.calls.append((self.revision, "stop", service, grace_s))
+
+    def remove(self, service: str) -> None:
+        self.calls.append((self.revision, "rm", service))
+        self.world.pop(service, None)
+
+    def up(self, service: str, wait_timeout_s: float, watch=None) -> None:
+        self.calls.append((self.revision, "up", service))
+        self.world[service] = f"{self.revision}-{service}-{len(self.calls)}"
+
+
+class FakeDocker:
+    def state(self, container_id: str) -> ContainerState:
+        return ContainerState(container_id, True, 0, ("127.0.0.1",), "healthy")
+
+
+def _rollout(tmp: Path, port: int, world: dict, calls: list, services: list[str]) -> Rollout:
+    journal = jr.Journal.create(tmp / "j.json", "unit", services, "A", "a: 1\n", "B", "b: 1\n", None, tmp)
+    states = {s: ServiceState(s, "h", {}, grace_s=300.0, health_port=port) for s in services}
+    gates = Gates(health_timeout_s=5.0, healthy_probes=2, probe_interval_s=0.01, bake_s=0.0)
+    rollout = Rollout(journal, FakeCompose("A", world, calls), FakeCompose("B", world, calls), gates, FakeDocker(),
+                      states, states, say=lambda line: None)
+    # /health of container X is /X: which containers are healthy is up to the test.
+    rollout._health_url = lambda service, cid, states: f"http://127.0.0.1:{port}/{cid}"
+    return rollout
+
+
+def test_healthy_rollout_replaces_with_the_grace_period(tmp_path: Path, health_server: int, monkeypatch) -> None:
+    world, calls = {R2: "A-r2"}, []
+    monkeypatch.setattr(Health, "healthy", {f"B-{R2}-3"})
+    rollout = _rollout(tmp_path, health_server, world, calls, [R2])
+    assert rollout.apply() == 0
+    assert calls == [("A", "stop", R2, 300.0), ("A", "rm", R2), ("B", "up", R2)]
+    journal = json.loads((tmp_path / "j.json").read_text())
+    assert journal["state"] == "done" and journal["entries"][R2] == {"step": "rolled", "old_container": "A-r2",
+                                                                     "new_container": f"B-{R2}-3"}
+
+
+def test_failed_health_gate_rolls_back_automatically(tmp_path: Path, health_server: int, monkeypatch) -> None:
+    world, calls = {R2: "A-r2"}, []
+    monkeypatch.setattr(Health, "healthy", {f"A-{R2}-6"})  # only the rolled-back container answers
+    rollout = _rollout(tmp_path, health_server, world, calls, [R2])
+    assert rollout.apply() == 1
+    assert calls == [("A", "stop", R2, 300.0), ("A", "rm", R2), ("B", "up", R2),
+                     ("B", "stop", R2, 300.0), ("B", "rm", R2), ("A", "up", R2)]
+    journal = json.loads((tmp_path / "j.json").read_text())
+    assert journal["state"] == "rolled-back" and journal["entries"][R2]["step"] == "rolled-back"
+    assert "health gate failed" in journal["error"]
+
+
+def test_interrupted_rollout_blocks_a_new_one_and_can_be_rolled_back(tmp_path: Path, health_server: int, monkeypatch) -> None:
+    world, calls = {R1: "A-r1", R2: "A-r2"}, []
+    monkeypatch.setattr(Health, "healthy", {f"B-{R1}-3", f"A-{R1}-6"})
+    rollout = _rollout(tmp_path, health_server, world, calls, [R1, R2])
+    rollout.roll(R1)  # r1 rolled, then the operator's session dies before r2
+    with pytest.raises(jr.JournalError, match="an unfinished rollout"):
+        jr.Journal.create(tmp_path / "j.json", "unit", [R2], "A", "", "B", "", None, tmp_path)
+    loaded = jr.Journal.load(tmp_path / "j.json")
+    assert loaded.touched() == [R1]
+    rollout.journal = loaded
+    assert rollout.rollback() == 1
+    assert calls[-3:] == [("B", "stop", R1, 300.0), ("B", "rm", R1), ("A", "up", R1)]
+    assert jr.Journal.load(tmp_path / "j.json").state == "rolled-back"
+
+
+# -- the rehearsal transform -------------------------------------------------------------------------
+
+
+def test_rehearsal_has_no_gpu_and_keeps_what_compose_acts_on(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(committed())
+    model = Compose(binary=COMPOSE_BIN, file=path, project="unit").model()
+    images = {s["image"]: f"local/{n}" for n, s in model["services"].items() if n in (R1, R2)}
+    out = rehearsal_model(model, images, "local/base", "/l", "/s", "10.250.1.0/24", 18000, frozenset({R2}))
+    services = out.model["services"]
+    assert sorted(services) == ["model-downloader", R1, R2, NGINX, "proxy-glm53"]
+    assert out.dropped == ["dcgm-glm53", REGISTRAR, COLLECTOR]
+    text = json.dumps(out.model)
+    assert "nvidia" not in text and "device_ids" not in text and '"ipc"' not in text
+    for name in (R1, R2):
+        assert services[name]["stop_grace_period"] == "5m0s" and services[name]["init"] is True
+        assert services[name]["healthcheck"]["test"][:2] == ["CMD", "python3"]
+    assert "no-such-model" in " ".join(services[R2]["command"]) and "no-such-model" not in " ".join(services[R1]["command"])
+    assert services[NGINX]["ports"] == [{"target": 8000, "published": "18000", "host_ip": "127.0.0.1", "protocol": "tcp"}]
+    assert [a for a in services["proxy-glm53"]["command"] if a.startswith("http")] == [
+        f"http://{R1}:8000", f"http://{R2}:8000"]
+
+
+def test_rollback_command_restores_from_the_journal_copy(workspace: Path, capsys) -> None:
+    """`rollout rollback --journal J` rebuilds both revisions from the journal's own copies."""
+    journal = jr.Journal.create(workspace / "j.json", "unit", [R2], "compose/F@old", committed(), "compose/F",
+                                committed(), None, workspace)
+    journal.record(R2, jr.STARTED, "", old_container="old", new_container="new")
+    rc = cli.main(["--compose-bin", str(COMPOSE_BIN), "rollback", "--journal", "j.json"])
+    out = capsys.readouterr().out
+    assert f"rollout: rolling back {R2} to compose/F@old" in out
+    # No engine here: restoring r2 fails at Compose's `ps`, and the journal says so.
+    assert rc == 3 and "ROLLBACK FAILED" in out
+    assert jr.Journal.load(workspace / "j.json").state == jr.ROLLBACK_FAILED
