@@ -106,11 +106,10 @@ shallow_base = rule(
 )
 
 def _unpinned_base_impl(rctx):
-    fail(("{name}: no production base is pinned yet. --config=prod builds the recipes on the " +
-          "registry image declared as @{name} in WORKSPACE; replace `unpinned_base(name = \"{name}\")` " +
-          "with `oci_pull(name = \"{name}\", registry = ..., repository = ..., digest = \"sha256:...\")` " +
-          "naming the production image's manifest digest. The default CPU base needs no pin.").format(name = rctx.name))
+    fail(("{name}: the production base is unresolved in pins/repository_locations.bzl. --config=prod " +
+          "builds the recipes on it; pin it with `bazel run //recipes/bases:pin_prod -- REGISTRY/REPO:TAG` " +
+          "(resolves the tag's digest with skopeo and writes the row). The default CPU base needs no pin.").format(name = rctx.name))
 
-# Stands in for the production base until its digest is known: fetching it (only --config=prod
-# does) fails with the instructions above instead of "no such package".
+# Stands in for an unresolved production base: fetching it (only --config=prod does) fails with
+# the command above instead of "no such package".
 unpinned_base = repository_rule(implementation = _unpinned_base_impl)
