@@ -20,7 +20,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-DEFAULT_PATH = Path(__file__).resolve().parent / "repository_locations.bzl"
+# No resolve(): under Bazel the runfiles copy is the one bound as data.
+DEFAULT_PATH = Path(os.path.abspath(__file__)).parent / "repository_locations.bzl"
 # Under `bazel run` the tools rewrite the workspace's file, not the runfiles copy.
 WORKSPACE_RELATIVE = Path("pins") / "repository_locations.bzl"
 RESOLVE_COMMAND = "bazel run //pins:resolve -- {name}"
