@@ -351,7 +351,13 @@ def cmd_release(args: argparse.Namespace) -> int:
         raise RecordError(str(err)) from None
     path = record_path(records_dir(args.records_dir), facts)
     workspace = os.environ.get("BUILD_WORKSPACE_DIRECTORY")
-    record = plan_release(load(path), facts, repository, tag,
+    try:
+        existing = load(path)
+    except RecordError as err:
+        # An older record format: `release` writes an unpublished record anyway.
+        print(f"{path}: replacing a record this writer cannot read ({err})", file=sys.stderr)
+        existing = None
+    record = plan_release(existing, facts, repository, tag,
                           source_revision(Path(workspace) if workspace else None), utc_now())
     if record is None:
         print(f"{path}: already records {repository}@{facts.digest}; unchanged")
