@@ -34,11 +34,11 @@ def pin_http_archive(name, **kwargs):
         **kwargs
     )
 
-def pin_oci_pull(name):
-    """oci_pull(name) of an image row; while it is unresolved, a repository that explains itself."""
+def pin_oci_pull(name, **kwargs):
+    """oci_pull(name, **kwargs) of an image row; while it is unresolved, a repository that explains itself."""
     row = pin(name)
     if row["digest"] == UNRESOLVED:
         unpinned_base(name = name)
         return
     registry, _, repository = row["repository"].partition("/")
-    oci_pull(name = name, registry = registry, repository = repository, digest = row["digest"])
+    oci_pull(name = name, registry = registry, repository = repository, digest = row["digest"], **kwargs)

@@ -6,6 +6,9 @@
             or tag points at.
   hf_file   the same commit, then the file downloaded at that commit and hashed (sha256).
 
+`--ref REGISTRY/REPO:TAG` points an image row at another repository and tag first (what
+`bazel run //recipes/bases:pin_prod -- REGISTRY/REPO:TAG` does for the production base).
+
 A row already resolved whose intended tag/branch now gives another value is refused (the tag
 moved: review why) unless --allow-tag-move. `--tag T` resolves another intended tag and records
 it. Every write records provenance: when, the command, the source. http_archive rows are not
@@ -107,12 +110,26 @@ def resolve_hf(pin: table.Pin, tag: str | None, endpoint: str, allow_move: bool,
              "commit (sha256 of the file)", source))
 
 
+def repoint(pin: table.Pin, ref: str) -> tuple[table.Pin, str]:
+    """The row moved to REGISTRY/REPO (unresolved until resolved), and TAG, from REGISTRY/REPO:TAG."""
+    repository, sep, tag = ref.rpartition(":")
+    if not sep or "/" in tag or not repository:
+        raise ResolveError(f"--ref {ref!r}: expected REGISTRY/REPO:TAG, e.g. docker.io/lmsysorg/sglang:v0.5.19")
+    if pin.kind != "image":
+        raise ResolveError(f"--ref applies to image pins; {pin.name} is a {pin.kind}")
+    if repository == pin.repository:
+        return pin, tag
+    return replace(pin, repository=repository, digest=pin.unresolved, provenance=None), tag
+
+
 def resolve(pins: table.PinTable, names: list[str], args: argparse.Namespace, skopeo: Skopeo) -> table.PinTable:
     now = utc_now()
-    if args.tag and len(names) != 1:
-        raise ResolveError("--tag applies to one pin; name exactly one")
+    if (args.tag or args.ref) and len(names) != 1:
+        raise ResolveError("--tag and --ref apply to one pin; name exactly one")
     for name in names:
         pin = pins.get(name, "command line")
+        if args.ref:
+            pin, args.tag = repoint(pin, args.ref)
         if pin.kind == "image":
             new = resolve_image(pin, args.tag, skopeo, args.allow_tag_move, now)
         elif pin.kind in ("hf_model", "hf_file"):
@@ -131,6 +148,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="+", metavar="NAME", help="rows of pins/repository_locations.bzl")
     parser.add_argument("--tag", help="resolve this tag/branch instead of the row's intended one (one NAME)")
+    parser.add_argument("--ref", metavar="REGISTRY/REPO:TAG",
+                        help="point one image pin at another repository and tag, then resolve it")
     parser.add_argument("--allow-tag-move", action="store_true",
                         help="accept a new value for a tag the row already resolved")
     parser.add_argument("--table", type=Path, help="default: the workspace's pins/repository_locations.bzl")
