@@ -19,14 +19,6 @@ MEDIA_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 MEDIA_CONFIG = "application/vnd.oci.image.config.v1+json"
 MEDIA_LAYER = "application/vnd.oci.image.layer.v1.tar"
 MANIFEST_TYPES = (MEDIA_MANIFEST, "application/vnd.docker.distribution.manifest.v2+json")
-# Docker schema-2 layer types and their OCI equivalents (the same bytes): a base pulled from a
-# Docker-typed registry image has its layers re-described in the OCI image built on it, so one
-# manifest never mixes the two families.
-OCI_LAYER_FOR_DOCKER = {
-    "application/vnd.docker.image.rootfs.diff.tar.gzip": "application/vnd.oci.image.layer.v1.tar+gzip",
-    "application/vnd.docker.image.rootfs.diff.tar": "application/vnd.oci.image.layer.v1.tar",
-    "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip": "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
-}
 EPOCH = "1970-01-01T00:00:00Z"
 REF_NAME = "org.opencontainers.image.ref.name"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -184,8 +176,7 @@ def derive_config(base: dict[str, Any] | None, layers: list[LayerDescriptor], ch
 
 def make_manifest(config_bytes: bytes, base_manifest: dict[str, Any] | None, layers: list[LayerDescriptor],
                   annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    base_layers = [dict(layer, mediaType=OCI_LAYER_FOR_DOCKER.get(layer["mediaType"], layer["mediaType"]))
-                   for layer in (base_manifest.get("layers", []) if base_manifest else [])]
+    base_layers = list(base_manifest.get("layers", [])) if base_manifest else []
     manifest: dict[str, Any] = {
         "schemaVersion": 2,
         "mediaType": MEDIA_MANIFEST,

@@ -43,7 +43,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.oci.ocilayout import OCI_LAYER_FOR_DOCKER  # noqa: E402
+from tools.oci.mediatypes import oci_layer_type  # noqa: E402
 
 MANIFEST_TYPES = [
     "application/vnd.oci.image.manifest.v1+json",
@@ -178,7 +178,7 @@ def scan_files(registry: Registry, manifest: dict, prefix: str) -> dict[str, str
     files: dict[str, str] = {}
     prefix = prefix.strip("/") + "/"
     for layer in manifest["layers"]:
-        media = OCI_LAYER_FOR_DOCKER.get(layer["mediaType"], layer["mediaType"])
+        media = oci_layer_type(layer["mediaType"])
         if media.endswith("+zstd"):
             raise FetchError(f"layer {layer['digest']} is zstd-compressed; this scanner reads tar and tar+gzip")
         url = f"{registry.scheme}://{registry.api_host}/v2/{registry.repo_path}/blobs/{layer['digest']}"
@@ -263,7 +263,7 @@ def fetch(host: str, repository: str, pinned: str, platform: str, out: Path, aut
     contents_layers = []
     for i, (layer, diff_id) in enumerate(zip(manifest["layers"], diff_ids)):
         descriptor = {
-            "mediaType": OCI_LAYER_FOR_DOCKER.get(layer["mediaType"], layer["mediaType"]),
+            "mediaType": oci_layer_type(layer["mediaType"]),
             "digest": layer["digest"],
             "size": layer["size"],
             "diff_id": diff_id,
@@ -298,7 +298,8 @@ def main(argv: list[str]) -> int:
     except (FetchError, KeyError, ValueError, tarfile.TarError) as err:
         print(f"oci_fetch: error: {args.registry}/{args.repository}@{args.digest}: {err}", file=sys.stderr)
         return 1
-    print(f"oci_fetch: {args.registry}/{args.repository}@{pin['manifest_digest']} ({pin['layers']} layers, blobs not fetched)")
+    kept = "layers streamed once for files.json, not kept" if args.scan_prefix else "blobs not fetched"
+    print(f"oci_fetch: {args.registry}/{args.repository}@{pin['manifest_digest']} ({pin['layers']} layers, {kept})")
     return 0
 
 
