@@ -18,7 +18,7 @@ from tools.release import record as release_record
 from . import compose, tables
 from .releases import ReleaseRecord
 from .resolve import ResolvedDeployment, resolve
-from .yamlout import dump
+from .yamlout import dump_body, with_header
 
 PACKAGE_DIR = Path(__file__).absolute().parent
 WORKSPACE_DIR = PACKAGE_DIR.parent.parent
@@ -86,9 +86,8 @@ def generate(deployment_table: Path, records: Mapping[str, ReleaseRecord],
     common = tables.load_common(common_table, display_path(common_table), pins)
     deployment = tables.load_deployment(deployment_table, common, display_path(deployment_table))
     rd = resolve(common, deployment, records)
-    document = compose.document(rd)
-    reasons = verdict(rd, dump(document, ""), pins)
-    return Output(deployment.info.file, dump(document, header(rd, reasons)), rd)
+    body = dump_body(compose.document(rd))
+    return Output(deployment.info.file, with_header(header(rd, verdict(rd, body, pins)), body), rd)
 
 
 def generate_all(deployment_tables: list[Path], records: Mapping[str, ReleaseRecord],
