@@ -8,7 +8,7 @@ Reasons, read from the file itself and checked against the pin table
     revision, a file hash: fix `bazel run //pins:resolve -- NAME`;
   * an engine image that is not a release record of this checkout: fix `bazel run //compose:update`;
   * an engine release built on the cpu-test base (a production recipe built without
-    --config=prod) or not published: fix the `--config=prod` push of its recipe;
+    --config=prod): fix the `--config=prod` release of its recipe; not published: its push;
   * a patch kill switch whose value is not a non-negative number.
 An empty list means deployable. The rollout tool refuses a file for which this list is not empty.
 """
@@ -37,6 +37,7 @@ DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 # ${VAR:-default} or a literal: the value a kill switch may take.
 SWITCH_VALUE_RE = re.compile(r"^(?:\$\{[A-Z_][A-Z0-9_]*:-(?P<default>[^}]*)\}|(?P<literal>.*))$")
 NUMBER_RE = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
+RELEASE_FIX = "bazel run --config=prod {recipe}.release -- --repository {repository}"
 PUSH_FIX = "bazel run --config=prod {recipe}.push -- --repository {repository} --tag TAG"
 
 
@@ -138,14 +139,17 @@ def _engine_reasons(where: str, services: Mapping[str, Any], pins: pin_table.Pin
                                   f"{pins.by_image_repository(repository).image}",
                                   "bazel run //compose:update"))
             continue
-        fix = PUSH_FIX.format(recipe=record.recipe, repository=record.repository)
+        where_to = dict(recipe=record.recipe, repository=record.repository)
         if record.base.flavor != "production":
+            # Record the production build first (push refuses a record of another digest).
             out.append(Reason(f"{where}: services.{name} runs {record.recipe} built on the "
                               f"{record.base.flavor} base {record.base.name} (CPU torch; it cannot "
-                              "serve on a GPU): the recipe must be built with --config=prod", fix))
+                              "serve on a GPU): the recipe must be built with --config=prod",
+                              RELEASE_FIX.format(**where_to)))
         if not record.published:
             out.append(Reason(f"{where}: services.{name} runs {record.recipe} "
-                              f"({record.immutable_ref}), which is not published", fix))
+                              f"({record.immutable_ref}), which is not published",
+                              PUSH_FIX.format(**where_to)))
         out += _switch_reasons(where, name, service, record)
     return out
 

@@ -76,9 +76,9 @@ def test_cpu_test_and_unpublished_engines_name_the_prod_push() -> None:
     assert len(reasons) == 2
     assert "built on the cpu-test base" in reasons[0].message
     assert "not published" in reasons[1].message
-    assert {r.fix for r in reasons} == {
-        "bazel run --config=prod //recipes:glm53_v3.push -- --repository "
-        "docker.io/nearai/sglang-glm53 --tag TAG"}
+    assert [r.fix for r in reasons] == [
+        "bazel run --config=prod //recipes:glm53_v3.release -- --repository docker.io/nearai/sglang-glm53",
+        "bazel run --config=prod //recipes:glm53_v3.push -- --repository docker.io/nearai/sglang-glm53 --tag TAG"]
 
 
 def test_engine_image_without_a_release_record() -> None:
