@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -88,3 +89,14 @@ def test_two_rows_for_one_image_repository(tmp_path) -> None:
     path = _replace('"repository": "docker.io/curlimages/curl",', '"repository": "docker.io/library/alpine",', tmp_path)
     with pytest.raises(table.PinError, match="pins alpine and curl both name docker.io/library/alpine"):
         table.load(path)
+
+
+def test_the_series_base_is_the_pinned_source_wheel() -> None:
+    # patches/v1/series.json names the wheel its before-hashes come from; the patch tooling
+    # reads it there, so it is bound to the pin here instead of being a second, free value.
+    pin = table.load(COMMITTED).pins["sglang_src_0_5_19"]
+    declared = json.loads((COMMITTED.parent.parent / "patches/v1/series.json").read_text())["base"]
+    assert declared["sha256"] == pin.sha256, (
+        f"patches/v1/series.json base.sha256 {declared['sha256']} is not the pinned "
+        f"sglang_src_0_5_19 {pin.sha256}")
+    assert pin.urls[0].endswith("/" + declared["wheel"])
