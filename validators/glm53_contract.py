@@ -8,10 +8,13 @@ names the recipe whose release record (recipes/releases/<recipe>.json) gives its
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
+
+from pins import table as pin_table
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,8 @@ class ReplicaContract:
     dist_init: str
     qsplit: bool
     hicache_budget: str  # the SGLANG_HICACHE_RAM_BUDGET value (host-overridable)
+    # The stall dump's per-replica kill switch (v3 releases only), host-overridable.
+    stall_dump_secs: str | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,9 @@ class FileContract:
     def argv(self, replica: ReplicaContract) -> list[str]:
         text = (self.argv_template.replace("CHUNK", str(replica.chunk))
                 .replace("PDI", str(replica.pdi)).replace("DIST_INIT", replica.dist_init))
+        # Hub revisions are pins (pins/repository_locations.bzl), named here, never typed.
+        pins = pin_table.load()
+        text = re.sub(r"PIN:([a-z0-9_]+)", lambda m: pins.pins[m.group(1)].revision, text)
         return shlex.split(text)
 
     def environment(self, replica: ReplicaContract) -> dict[str, str]:
@@ -68,6 +76,8 @@ class FileContract:
         env["SGLANG_HICACHE_RAM_BUDGET"] = replica.hicache_budget
         if replica.qsplit:
             env["SGLANG_DSA_INDEXER_QSPLIT"] = "1"
+        if replica.stall_dump_secs is not None:
+            env["SGLANG_EVENT_LOOP_STALL_DUMP_SECS"] = replica.stall_dump_secs
         return env
 
 
@@ -80,12 +90,11 @@ FORBIDDEN_ENV = (
     "SGLANG_ADMISSION_RESERVE_DEBUG",
 )
 
-# Checkpoint and chat-template pins as committed with the generated file (the tables mark the
-# revisions as placeholders until the Hub commit ids are filled in: change both together).
+# Checkpoint and chat-template revisions are the pin table rows PIN:<name> names.
 W4AFP8_LONG_CONTEXT_ARGV = """
 sglang serve
 --model-path graphistry/GLM-5.3-Flash-W4AFP8
---revision c2072e1412be8d20100b5a89df69b015bb53554e
+--revision PIN:hf_glm53_flash_w4afp8
 --served-model-name z-ai/glm-5.3-flash
 --tp-size 4
 --ep-size 4
@@ -109,7 +118,7 @@ sglang serve
 --enable-strict-thinking
 --grammar-backend xgrammar
 --tool-call-parser glm47
---chat-template /root/.cache/huggingface/hub/models--zai-org--GLM-5.3-Flash/snapshots/41fbeb79c636ed4cd8eeba383e0c4729fdd22ea3/chat_template.jinja
+--chat-template /root/.cache/huggingface/hub/models--zai-org--GLM-5.3-Flash/snapshots/PIN:hf_glm53_chat_template/chat_template.jinja
 --context-length 1048576
 --dist-init-addr DIST_INIT
 --watchdog-timeout 1800
@@ -161,7 +170,8 @@ W4AFP8_LONG_CONTEXT = FileContract(
                         hicache_budget="${GLM53_HICACHE_RAM_BUDGET:-406GiB}"),
         ReplicaContract(2, f"{REPLICA_PREFIX}2", "//recipes:glm53_v3", ("4", "5", "6", "7"),
                         chunk=8192, pdi=2, dist_init="127.0.0.1:29511", qsplit=True,
-                        hicache_budget="${GLM53_R2_HICACHE_RAM_BUDGET:-650GiB}"),
+                        hicache_budget="${GLM53_R2_HICACHE_RAM_BUDGET:-650GiB}",
+                        stall_dump_secs="${GLM53_R2_EVENT_LOOP_STALL_DUMP_SECS:-30}"),
     ),
     argv_template=W4AFP8_LONG_CONTEXT_ARGV,
     env_template=W4AFP8_LONG_CONTEXT_ENV,

@@ -17,6 +17,7 @@ import re
 import sys
 from typing import Any, Mapping
 
+from pins import table as pin_table
 from validators import cli
 from validators.compose_doc import (ComposeFile, Finding, config_contents, depends_on_names,
                                     env_map, join_path)
@@ -136,6 +137,10 @@ def digest_findings(compose: ComposeFile) -> list[Finding]:
         if image is None:
             if where.startswith("services.") and "build" not in block:
                 findings.append(compose.finding(join_path(where, "image"), "no image"))
+            continue
+        # An image whose pin is unresolved is pinned to the pin table's sentinel; the
+        # deployability gate (//compose:deployable) reports it, with the resolve command.
+        if str(image).endswith("@" + pin_table.load().unresolved):
             continue
         if not DIGEST_PINNED.match(str(image)):
             findings.append(compose.finding(join_path(where, "image"), (

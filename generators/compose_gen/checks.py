@@ -1,14 +1,8 @@
-"""Value checks shared by the table loaders: image pins, env interpolation, secrets."""
+"""Value checks shared by the table loaders: env interpolation, secrets."""
 
 from __future__ import annotations
 
 import re
-
-# repository@sha256:<64 hex>; the repository may carry a registry host and port.
-IMAGE_DIGEST_RE = re.compile(
-    r"^(?P<repo>(?:[a-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9._-]+(?:/[a-z0-9._-]+)*)@sha256:[0-9a-f]{64}$")
-IMAGE_TAG_RE = re.compile(
-    r"^(?P<repo>(?:[a-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9._-]+(?:/[a-z0-9._-]+)*)(?::(?P<tag>[\w][\w.-]*))?$")
 
 ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 # Compose interpolation forms: ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?msg}, ${VAR?msg}.
@@ -16,19 +10,6 @@ INTERPOLATION_RE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?
 # A secret's value must be exactly one interpolation without a default: ${VAR} or ${VAR:?msg}.
 SECRET_VALUE_RE = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*(?::\?[^}]*)?\}$")
 SECRET_NAME_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE_KEY|CREDENTIAL)")
-
-
-def image_problem(value: str) -> str | None:
-    """Why `value` is not a digest-pinned image reference, or None when it is one."""
-    if IMAGE_DIGEST_RE.match(value):
-        return None
-    tagged = IMAGE_TAG_RE.match(value)
-    if tagged:
-        ref = value if tagged.group("tag") else f"{value}:latest"
-        return (f"image {value!r} is pinned by tag, not by digest; write "
-                f"'{tagged.group('repo')}@sha256:<64 hex>' (`skopeo inspect docker://{ref}` "
-                "prints the digest)")
-    return f"image {value!r} is not a 'repository@sha256:<64 hex>' reference"
 
 
 def interpolation_problem(value: str) -> str | None:

@@ -162,13 +162,15 @@ class _Builder:
         sc = self._sidecar("model-downloader")
         client = shlex.quote(self.common.models.hub_client)
         lines = ["set -eu"]
+        q = shlex.quote
         for pin in self.rd.downloads:
             lines.append(f"uvx --from {client} hf download {pin.repository} "
-                         f"--revision {pin.revision}")
+                         f"--revision {q(pin.revision)}")
         tpl = self.common.models.chat_template
         lines.append(f"uvx --from {client} hf download {tpl.repository} {tpl.path} "
-                     f"--revision {tpl.revision}")
-        lines.append(f"test -s {hf_cache_file(tpl)}")
+                     f"--revision {q(tpl.revision)}")
+        # The pinned file's sha256 (pin table), checked where the engines will read it.
+        lines.append(f"echo {q(tpl.sha256 + '  ' + hf_cache_file(tpl))} | sha256sum -c -")
         return cmap(
             ("container_name", "model-downloader"),
             ("image", sc.image),

@@ -9,16 +9,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from ruamel.yaml import YAML
+
+from compose import deployable
+from pins import table as pin_table
+from tools.release import record as release_record
+
 from . import compose, tables
 from .releases import ReleaseRecord
 from .resolve import ResolvedDeployment, resolve
-from .yamlout import dump
+from .yamlout import dump_body, with_header
 
 PACKAGE_DIR = Path(__file__).absolute().parent
 WORKSPACE_DIR = PACKAGE_DIR.parent.parent
 TABLES_DIR = PACKAGE_DIR.parent / "tables"
 COMMON_TABLE = TABLES_DIR / "common.toml"
 UPDATE_COMMAND = "bazel run //compose:update"
+DEPLOYABLE_COMMAND = "bazel run //compose:deployable -- compose/{file}"
 
 
 def display_path(path: Path) -> str:
@@ -36,7 +43,7 @@ def default_deployment_tables() -> list[Path]:
     return sorted(p for p in TABLES_DIR.glob("*.toml") if p.name != COMMON_TABLE.name)
 
 
-def header(rd: ResolvedDeployment) -> str:
+def header(rd: ResolvedDeployment, reasons: list[deployable.Reason]) -> str:
     info = rd.deployment.info
     lines = [
         f"{info.title}.",
@@ -48,8 +55,22 @@ def header(rd: ResolvedDeployment) -> str:
         rec = r.release
         lines.append(f"  r{r.row.index} {r.service}: {rec.image}")
         lines.append(f"      recipe {rec.recipe}, release {rec.tag} (series {rec.series}, "
+                     f"{rec.base_flavor} base, "
                      f"{'published' if rec.published else 'NOT published yet'})")
+    check = DEPLOYABLE_COMMAND.format(file=info.file)
+    if reasons:
+        lines.append(f"NOT DEPLOYABLE ({len(reasons)} reasons; `{check}` lists them with fixes):")
+        lines += [f"  - {r.message.split(': ', 1)[1]}" for r in reasons]
+    else:
+        lines.append(f"Deployable (`{check}`).")
     return "\n".join(lines)
+
+
+def verdict(rd: ResolvedDeployment, body: str, pins: pin_table.PinTable) -> list[deployable.Reason]:
+    """The deployability gate's reasons for the generated body (same code as the gate)."""
+    records = {r.release.image: release_record.load(Path(r.release.path)) for r in rd.replicas}
+    doc = YAML(typ="safe").load(body)
+    return deployable.reasons_in(doc, f"compose/{rd.deployment.info.file}", pins, records)
 
 
 @dataclass(frozen=True)
@@ -61,10 +82,12 @@ class Output:
 
 def generate(deployment_table: Path, records: Mapping[str, ReleaseRecord],
              common_table: Path = COMMON_TABLE) -> Output:
-    common = tables.load_common(common_table, display_path(common_table))
+    pins = pin_table.load(display="pins/repository_locations.bzl")
+    common = tables.load_common(common_table, display_path(common_table), pins)
     deployment = tables.load_deployment(deployment_table, common, display_path(deployment_table))
     rd = resolve(common, deployment, records)
-    return Output(deployment.info.file, dump(compose.document(rd), header(rd)), rd)
+    body = dump_body(compose.document(rd))
+    return Output(deployment.info.file, with_header(header(rd, verdict(rd, body, pins)), body), rd)
 
 
 def generate_all(deployment_tables: list[Path], records: Mapping[str, ReleaseRecord],

@@ -11,6 +11,8 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
 
 from .errors import ReleaseError
 
@@ -24,8 +26,9 @@ QSPLIT_PATCH = "dsa-indexer-qsplit"
 # The v3 event-loop patches; `offloop-v3-` in config_variant marks an image carrying all three.
 EVENT_LOOP_V3_PATCHES = ("request-preprocessing-off-loop", "shm-off-loop", "event-loop-stall-dump")
 
-REQUIRED_KEYS = ("recipe", "series", "repository", "tag", "digest", "patch_layer_digest",
+REQUIRED_KEYS = ("recipe", "series", "repository", "tag", "digest", "base", "patch_layer_digest",
                  "fingerprint", "patches", "published")
+BASE_FLAVORS = ("cpu-test", "production")
 PUBLISH_HINT = ("build, publish and record the image with "
                 "`bazel run //recipes:{name}.push -- --repository REG/REPO --tag TAG` "
                 "(or record an unpublished build with `bazel run //recipes:{name}.release`)")
@@ -36,6 +39,17 @@ class PatchEntry:
     name: str
     version: str
     activation: str
+    # The series declaration's activation (kind, settings, disable, ...), as recorded.
+    switch: Mapping[str, Any]
+
+    @property
+    def kill_switch(self) -> tuple[str, str] | None:
+        """(variable, default) of an on-by-default patch that a variable turns off, else None."""
+        if self.switch.get("kind") != "on-by-default" or not self.switch.get("disable"):
+            return None
+        variable = str(self.switch["disable"]).partition("=")[0]
+        default = (self.switch.get("settings") or {}).get(variable)
+        return (variable, str(default)) if default is not None else None
 
 
 @dataclass(frozen=True)
@@ -53,6 +67,7 @@ class ReleaseRecord:
     fingerprint: str
     patches: tuple[PatchEntry, ...]
     published: bool
+    base_flavor: str  # cpu-test | production
 
     @property
     def image(self) -> str:
@@ -122,9 +137,17 @@ def load_release(name: str, path: str | Path) -> ReleaseRecord:
         if not isinstance(p, dict) or not all(isinstance(p.get(k), str)
                                               for k in ("name", "version", "activation")):
             raise ReleaseError(f"{path}: patches[{i}] needs string name, version, activation")
-        patches.append(PatchEntry(p["name"], p["version"], p["activation"]))
+        if not isinstance(p.get("switch"), dict):
+            raise ReleaseError(f"{path}: patches[{i}] has no switch (the series declaration's "
+                               "activation); " + PUBLISH_HINT.format(name=name))
+        patches.append(PatchEntry(p["name"], p["version"], p["activation"],
+                                  MappingProxyType(dict(p["switch"]))))
     if not isinstance(raw["published"], bool):
         raise ReleaseError(f"{path}: published must be true or false")
+    flavor = raw["base"].get("flavor") if isinstance(raw["base"], dict) else None
+    if flavor not in BASE_FLAVORS:
+        raise ReleaseError(f"{path}: base.flavor {flavor!r} is not one of {', '.join(BASE_FLAVORS)}; "
+                           + PUBLISH_HINT.format(name=name))
     return ReleaseRecord(
         name=name,
         path=str(path),
@@ -137,6 +160,7 @@ def load_release(name: str, path: str | Path) -> ReleaseRecord:
         fingerprint=field("fingerprint", DIGEST_RE),
         patches=tuple(patches),
         published=raw["published"],
+        base_flavor=flavor,
     )
 
 

@@ -114,7 +114,12 @@ def _command(common: Common, deployment: Deployment, row: Replica) -> tuple[str,
     return tuple(tokens)
 
 
-def _replica_env(deployment: Deployment, row: Replica) -> Env:
+def kill_switch_variable(row: Replica, variable: str) -> str:
+    """The host variable that overrides one replica's switch: GLM53_R<n>_<variable w/o SGLANG_>."""
+    return f"GLM53_R{row.index}_{variable.removeprefix('SGLANG_')}"
+
+
+def _replica_env(deployment: Deployment, row: Replica, release: ReleaseRecord) -> Env:
     env: list[tuple[str, str]] = []
     if row.hicache_ram_budget is not None:
         # Host-overridable per replica, defaulting to the table's budget. r1 keeps the
@@ -124,6 +129,13 @@ def _replica_env(deployment: Deployment, row: Replica) -> Env:
         env.append(("SGLANG_HICACHE_RAM_BUDGET", f"${{{var}:-{row.hicache_ram_budget}}}"))
     if row.dsa_qsplit:
         env.append(("SGLANG_DSA_INDEXER_QSPLIT", "1"))
+    # A patch that is on by default and turned off by a variable (the stall dump) gets that
+    # variable per replica, host-overridable, only where the replica's release carries it.
+    for patch in release.patches:
+        switch = patch.kill_switch
+        if switch is not None:
+            variable, default = switch
+            env.append((variable, f"${{{kill_switch_variable(row, variable)}:-{default}}}"))
     return tuple(env)
 
 
@@ -139,13 +151,19 @@ def resolve(common: Common, deployment: Deployment,
             release=record,
             config_variant=config_variant(deployment, row, record),
             command=_command(common, deployment, row),
-            environment=_replica_env(deployment, row),
+            environment=_replica_env(deployment, row, record),
             soak_port=SOAK_PORT_BASE + row.index,
         ))
     env = list(common.engine.environment)
     if info.hicache:
         env += common.engine.hicache_environment
     env += deployment.engine.environment
+    for r in replicas:
+        for name, _ in r.environment:
+            if name in dict(env):
+                raise TableError(deployment.path, "engine.environment", name,
+                                 f"{name} is derived per replica (from the replica rows and the "
+                                 f"release's patch switches); remove it from the tables")
     checkpoints = common.models.checkpoints
     return ResolvedDeployment(
         common=common,

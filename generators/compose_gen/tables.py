@@ -13,11 +13,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from pins import table as pin_table
+
 from . import checks
 from .errors import TableError
 
 HF_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-REVISION_RE = re.compile(r"^[0-9a-f]{40}$")
 SERVICE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 MARKER_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 DIST_INIT_RE = re.compile(r"^(?P<host>[0-9.]+|[a-z0-9.-]+):(?P<port>[0-9]{1,5})$")
@@ -62,17 +63,20 @@ ENGINE_DERIVED_ENV = ("SGLANG_HICACHE_RAM_BUDGET", "SGLANG_DSA_INDEXER_QSPLIT")
 
 @dataclass(frozen=True)
 class HfPin:
-    """A Hugging Face repository pinned at a commit."""
+    """A Hugging Face repository at a commit (a row of the pin table; may be unresolved)."""
+    pin: str
     repository: str
     revision: str
 
 
 @dataclass(frozen=True)
 class FilePin:
-    """One file of a Hugging Face repository at a commit."""
+    """One file of a Hugging Face repository at a commit, with its sha256 (a pin table row)."""
+    pin: str
     repository: str
     revision: str
     path: str
+    sha256: str
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,8 @@ class Engine:
 @dataclass(frozen=True)
 class Sidecar:
     name: str
-    image: str
+    pin: str
+    image: str  # repository@digest from the pin table (the sentinel while unresolved)
     environment: Env
 
 
@@ -262,12 +267,17 @@ def _str_list(data: Mapping[str, Any], key: str, where: _Where,
     return tuple(value)
 
 
-def _image(data: Mapping[str, Any], key: str, where: _Where) -> str:
-    value = _str(data, key, where)
-    problem = checks.image_problem(value)
-    if problem:
-        raise where.error(problem)
-    return value
+def _pin(data: Mapping[str, Any], where: _Where, pins: pin_table.PinTable,
+         kinds: tuple[str, ...]) -> pin_table.Pin:
+    """The pin table row a table row names (`pin = "<row>"`)."""
+    name = _str(data, "pin", where)
+    try:
+        pin = pins.get(name, f"{where.table} [{where.section}] {where.row or ''}".rstrip())
+    except pin_table.PinError as err:
+        raise where.error(str(err)) from None
+    if pin.kind not in kinds:
+        raise where.error(f"pin {name} is a {pin.kind}; this row needs a {' or '.join(kinds)}")
+    return pin
 
 
 def _environment(value: Any, where: _Where) -> Env:
@@ -360,9 +370,12 @@ def _load_toml(path: Path) -> dict[str, Any]:
 
 # --- common.toml ------------------------------------------------------------------------------
 
-def load_common(path: str | Path, display: str | None = None) -> Common:
+def load_common(path: str | Path, display: str | None = None,
+                pins: pin_table.PinTable | None = None) -> Common:
+    """Reads common.toml; images and Hugging Face revisions come from the pin table rows it names."""
     path = Path(path)
     name = display or str(path)
+    pins = pins if pins is not None else pin_table.load(display="pins/repository_locations.bzl")
     data = _load_toml(path)
     top = _Where(name, "(top level)")
     _keys(data, top, ("models", "routing", "engine", "sidecars", "telemetry"))
@@ -381,15 +394,14 @@ def load_common(path: str | Path, display: str | None = None) -> Common:
     for key, pin in _mapping(models["checkpoints"], w, "checkpoints").items():
         cw = top.sub("models.checkpoints", key)
         pin = _mapping(pin, cw, "checkpoint")
-        _keys(pin, cw, _field_names(HfPin))
-        checkpoints[key] = HfPin(_str(pin, "repository", cw, HF_REPO_RE),
-                                 _str(pin, "revision", cw, REVISION_RE,
-                                      " (a 40-hex commit id; branch names move)"))
+        _keys(pin, cw, ("pin",))
+        row = _pin(pin, cw, pins, ("hf_model",))
+        checkpoints[key] = HfPin(row.name, row.repository, row.revision)
     cw = top.sub("models.chat_template")
     tpl = _mapping(models["chat_template"], cw, "chat_template")
-    _keys(tpl, cw, _field_names(FilePin))
-    chat_template = FilePin(_str(tpl, "repository", cw, HF_REPO_RE),
-                            _str(tpl, "revision", cw, REVISION_RE), _str(tpl, "path", cw))
+    _keys(tpl, cw, ("pin",))
+    row = _pin(tpl, cw, pins, ("hf_file",))
+    chat_template = FilePin(row.name, row.repository, row.revision, row.path, row.sha256)
 
     # [routing]
     w = top.sub("routing")
@@ -440,24 +452,17 @@ def load_common(path: str | Path, display: str | None = None) -> Common:
         if sname not in SIDECARS:
             raise sw.error(f"unknown sidecar {sname!r}; known: {', '.join(SIDECARS)}")
         row = _mapping(row, sw, "sidecar")
-        _keys(row, sw, ("image",), ("environment",))
+        _keys(row, sw, ("pin",), ("environment",))
         senv = _environment(row.get("environment", {}), top.sub(f"sidecars.{sname}.environment"))
         for derived in DERIVED_ENV.get(sname, ()):
             if derived in dict(senv):
                 raise top.sub(f"sidecars.{sname}.environment", derived).error(
                     f"{derived} is derived by the generator; remove it from the table")
-        sidecars[sname] = Sidecar(sname, _image(row, "image", sw), senv)
+        image_pin = _pin(row, sw, pins, ("image",))
+        sidecars[sname] = Sidecar(sname, image_pin.name, image_pin.image, senv)
     missing = [s for s in SIDECARS if s not in sidecars]
     if missing:
         raise top.sub("sidecars").error(f"missing sidecar row(s): {', '.join(missing)}")
-    by_repo: dict[str, Sidecar] = {}
-    for sc in sidecars.values():
-        repo, digest = sc.image.split("@", 1)
-        other = by_repo.setdefault(repo, sc)
-        if other.image != sc.image:
-            raise top.sub("sidecars", sc.name).error(
-                f"pins {repo} at {digest}, but row {other.name} pins {other.image}; use one "
-                "digest per repository")
 
     # [telemetry]
     w = top.sub("telemetry")

@@ -113,9 +113,14 @@ def dump_plain(data: Any) -> str:
     return out.getvalue()
 
 
-def dump(document: CommentedMap, header: str) -> str:
-    """The compose document with `header` as a leading comment block."""
+def dump_body(document: CommentedMap) -> str:
+    """The compose document without a header."""
     out = io.StringIO()
     _yaml().dump(document, out)
+    return out.getvalue()
+
+
+def with_header(header: str, body: str) -> str:
+    """`body` with `header` as a leading comment block."""
     lines = [("# " + line).rstrip() for line in header.rstrip("\n").split("\n")]
-    return "\n".join(lines) + "\n" + out.getvalue()
+    return "\n".join(lines) + "\n" + body

@@ -53,16 +53,24 @@ def test_split_on_a_release_without_the_split_patch(tables, records, expect_erro
     assert "glm53_v2, glm53_v3" in msg  # names the releases that carry it
 
 
-def test_image_pinned_by_tag(tables, records, expect_error):
-    tables.edit("common.toml", 'image = "docker.io/library/nginx@sha256:4121053932'
-                '3ed0618caa2e2ca10a70e5b58e66158a6c08ab1c2160632241c461"  # 1.29-alpine\n\n'
-                "[sidecars.model-proxy-registrar]",
-                'image = "docker.io/library/nginx:1.29-alpine"\n\n'
-                "[sidecars.model-proxy-registrar]")
+def test_sidecar_names_an_unknown_pin(tables, records, expect_error):
+    tables.edit("common.toml", '[sidecars.nginx]\npin = "nginx"', '[sidecars.nginx]\npin = "ngnix"')
     msg = expect_error(TableError, lambda: tables.generate(LONG_CONTEXT, records))
-    assert "common.toml: [sidecars] row nginx: image 'docker.io/library/nginx:1.29-alpine' " \
-           "is pinned by tag, not by digest" in msg
-    assert "docker.io/library/nginx@sha256:<64 hex>" in msg
+    assert "common.toml: [sidecars] row nginx: " in msg
+    assert "no pin named 'ngnix' in pins/repository_locations.bzl" in msg
+
+
+def test_sidecar_image_typed_instead_of_pinned(tables, records, expect_error):
+    tables.edit("common.toml", '[sidecars.nginx]\npin = "nginx"',
+                '[sidecars.nginx]\nimage = "docker.io/library/nginx:1.29-alpine"')
+    msg = expect_error(TableError, lambda: tables.generate(LONG_CONTEXT, records))
+    assert "common.toml: [sidecars] row nginx: unknown key 'image'; known keys: pin" in msg
+
+
+def test_checkpoint_pin_of_the_wrong_kind(tables, records, expect_error):
+    tables.edit("common.toml", 'pin = "hf_glm53_flash_fp8"', 'pin = "uv"')
+    msg = expect_error(TableError, lambda: tables.generate(LONG_CONTEXT, records))
+    assert "[models.checkpoints] row fp8: pin uv is a image; this row needs a hf_model" in msg
 
 
 def test_literal_secret_in_sidecar_environment(tables, records, expect_error):

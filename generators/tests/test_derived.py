@@ -102,3 +102,25 @@ def test_split_off_emits_no_split_env(tables, records):
         assert "SGLANG_DSA_INDEXER_QSPLIT" not in env
         assert not any(k.startswith("SGLANG_HICACHE") for k in env)
         assert "-qsplit-" not in doc["services"][service]["labels"]["nearai.otel.config_variant"]
+
+
+def test_stall_dump_kill_switch_only_on_engines_whose_release_carries_it(tables, records):
+    doc = yamlview.load(tables.generate(LONG_CONTEXT, records).text)
+    # r2 runs v3 (the stall dump is on by default, SGLANG_EVENT_LOOP_STALL_DUMP_SECS=0 turns it
+    # off): its own host variable, defaulting to the declared 30 s. r1 runs v2: no switch.
+    assert doc["services"][R2]["environment"]["SGLANG_EVENT_LOOP_STALL_DUMP_SECS"] == \
+        "${GLM53_R2_EVENT_LOOP_STALL_DUMP_SECS:-30}"
+    assert "SGLANG_EVENT_LOOP_STALL_DUMP_SECS" not in doc["services"][R1]["environment"]
+    assert "SGLANG_EVENT_LOOP_STALL_DUMP_SECS" not in doc["x-glm53-engine-env"]
+    # The default follows the release's recorded switch, not a typed value.
+    lean = records["glm53_v3"]
+    stall = next(p for p in lean.patches if p.name == "event-loop-stall-dump")
+    assert stall.kill_switch == ("SGLANG_EVENT_LOOP_STALL_DUMP_SECS", "30")
+
+
+def test_a_table_may_not_type_a_derived_kill_switch(tables, records, expect_error):
+    from generators.compose_gen.errors import TableError
+    tables.edit(LONG_CONTEXT, "[engine.environment]\n",
+                '[engine.environment]\nSGLANG_EVENT_LOOP_STALL_DUMP_SECS = "0"\n')
+    msg = expect_error(TableError, lambda: tables.generate(LONG_CONTEXT, records))
+    assert "SGLANG_EVENT_LOOP_STALL_DUMP_SECS is derived per replica" in msg

@@ -33,7 +33,10 @@ def test_flip_changes_only_r1_image_its_two_labels_and_the_header(tables, record
     both_v3 = tables.generate(LONG_CONTEXT, records).text
 
     a, b = _all_paths(canary), _all_paths(both_v3)
-    assert a.keys() == b.keys()
+    # v3 carries the stall dump, so r1 gains its own kill switch (and nothing else new).
+    switch = f"services.{R1}.environment.SGLANG_EVENT_LOOP_STALL_DUMP_SECS"
+    assert b.keys() - a.keys() == {switch} and a.keys() <= b.keys()
+    assert b.pop(switch) == "${GLM53_R1_EVENT_LOOP_STALL_DUMP_SECS:-30}"
     changed = {k for k in a if a[k] != b[k]}
     job_names = [v for k, v in a.items() if k.endswith(".job_name")]
     r1_job = [k for k, v in a.items() if v == f"sglang-{R1}"][0].rsplit(".", 1)[0]
@@ -64,7 +67,8 @@ def test_flip_changes_only_r1_image_its_two_labels_and_the_header(tables, record
         body = line[1:]
         if body.startswith("#"):
             continue  # header
-        assert (old_short in body or new_short in body or "config_variant" in body), line
+        assert (old_short in body or new_short in body or "config_variant" in body
+                or "STALL_DUMP_SECS" in body), line
     header_changes = [l for l in diff if l[1:].startswith("#")]
     assert header_changes and all("glm53_v2" in l or "glm53_v3" in l or old_short in l
                                   or new_short in l for l in header_changes)

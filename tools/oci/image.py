@@ -17,6 +17,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tools.oci.mediatypes import oci_layer_type  # noqa: E402
 from tools.oci.ocilayout import (  # noqa: E402
     ConfigChanges,
     LayerDescriptor,
@@ -114,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.base:
             base = read_layout(args.base)
             base_manifest, base_config = base.manifest, base.config
+            # A Docker-typed base's layers get their OCI types in this OCI manifest.
+            base_manifest = dict(base_manifest, layers=[
+                dict(layer, mediaType=oci_layer_type(layer["mediaType"]))
+                for layer in base_manifest.get("layers", [])])
         layers = [LayerDescriptor.load(d) for d in args.layer]
         labels = parse_pairs(args.label, "label")
         for f in args.labels_file:

@@ -3,10 +3,12 @@
 Everything a release record states about an image, taken from the build outputs and
 cross-checked so a record can never mix two builds:
   digest              the image's manifest digest (= sha256 of the manifest, = <recipe>.digest)
-  base                {name, digest} from the image's org.opencontainers.image.base.* labels
+  base                {name, digest} from the image's org.opencontainers.image.base.* labels,
+                      and flavor (cpu-test | production, from the base target: --base-flavor)
   patch_layer_digest  the image's top layer, which must be the recipe's patch layer
   fingerprint         tools/release/fingerprint.py over the resolved declaration + base digest
-  patches             the patch layer's patches.json rows (name, version, activation)
+  patches             the patch layer's patches.json rows (name, version, activation) and
+                      each patch's `switch`: its activation in the series declaration, verbatim
   base_lock_current   whether every Debian layer of the base was built from the current lock
                       (a record check compares image digests strictly only then)
 """
@@ -65,15 +67,21 @@ def make_facts(args: argparse.Namespace) -> dict:
     if top != patch_layer:
         raise FactsError(f"the image's top layer is {top}, but the recipe's patch layer is {patch_layer}")
     declaration = _json(args.declaration)
+    rows = _json(args.patches_json)
+    declared = declaration.get("patches", [])
+    if [r["file"] for r in rows] != [p["file"] for p in declared]:
+        raise FactsError(f"{args.patches_json} lists {[r['file'] for r in rows]}, but the series "
+                         f"declaration {args.declaration} lists {[p['file'] for p in declared]}")
     patches = [
-        {"name": row["name"], "version": row["version"], "activation": row["activation"]}
-        for row in _json(args.patches_json)
+        {"name": row["name"], "version": row["version"], "activation": row["activation"],
+         "switch": decl.get("activation") or {"kind": "unconditional"}}
+        for row, decl in zip(rows, declared)
     ]
     return {
         "recipe": args.recipe,
         "series": declaration["series"],
         "digest": digest,
-        "base": {"name": labels[BASE_NAME], "digest": labels[BASE_DIGEST]},
+        "base": {"name": labels[BASE_NAME], "digest": labels[BASE_DIGEST], "flavor": args.base_flavor},
         "patch_layer_digest": patch_layer,
         "fingerprint": fingerprint(declaration, labels[BASE_DIGEST]),
         "patches": patches,
@@ -91,6 +99,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--patch-layer-descriptor", type=Path, required=True)
     parser.add_argument("--patches-json", type=Path, required=True, help="<image>.patch_layer.patches.json")
     parser.add_argument("--declaration", type=Path, required=True, help="PatchChainInfo.declaration")
+    parser.add_argument("--base-flavor", required=True, choices=("cpu-test", "production"),
+                        help="production: the base is a registry image pulled by digest")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     try:

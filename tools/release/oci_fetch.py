@@ -10,6 +10,9 @@ output directory holds what tools/oci needs to build on the image without its la
   layers/NNN.json         one descriptor per layer {mediaType, digest, size, diff_id, created_by}
   contents.json           {image, digest, layers: [{descriptor, contents}]} (tools/oci format)
   pin.json                registry, repository, the pinned digest, the platform manifest digest
+  files.json              with --scan-prefix: {path: sha256} of every regular file under the
+                          prefix in the image's merged filesystem (whiteouts applied); the
+                          layers are streamed once for it, verified by digest, and not kept
 
 The pinned digest may name a multi-platform index; the manifest for --platform is then taken
 from it (and verified by its own digest). Docker media types of layers are mapped to their OCI
@@ -30,11 +33,17 @@ import json
 import os
 import re
 import sys
+import tarfile
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tools.oci.mediatypes import oci_layer_type  # noqa: E402
 
 MANIFEST_TYPES = [
     "application/vnd.oci.image.manifest.v1+json",
@@ -44,10 +53,6 @@ INDEX_TYPES = [
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
 ]
-OCI_LAYER_FOR = {
-    "application/vnd.docker.image.rootfs.diff.tar.gzip": "application/vnd.oci.image.layer.v1.tar+gzip",
-    "application/vnd.docker.image.rootfs.diff.tar": "application/vnd.oci.image.layer.v1.tar",
-}
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 _DOCKER_HUB = {"docker.io": "registry-1.docker.io", "index.docker.io": "registry-1.docker.io"}
@@ -151,6 +156,62 @@ class Registry:
         return data, ctype.split(";")[0].strip()
 
 
+class _HashingReader:
+    """A file object over a response that hashes what is read (tarfile reads it as a stream)."""
+
+    def __init__(self, resp) -> None:
+        self.resp, self.sha = resp, hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.resp.read(size)
+        self.sha.update(data)
+        return data
+
+    def drain(self) -> str:
+        while self.read(1 << 20):
+            pass
+        return "sha256:" + self.sha.hexdigest()
+
+
+def scan_files(registry: Registry, manifest: dict, prefix: str) -> dict[str, str]:
+    """{path: sha256} of the regular files under `prefix` in the image's merged filesystem."""
+    files: dict[str, str] = {}
+    prefix = prefix.strip("/") + "/"
+    for layer in manifest["layers"]:
+        media = oci_layer_type(layer["mediaType"])
+        if media.endswith("+zstd"):
+            raise FetchError(f"layer {layer['digest']} is zstd-compressed; this scanner reads tar and tar+gzip")
+        url = f"{registry.scheme}://{registry.api_host}/v2/{registry.repo_path}/blobs/{layer['digest']}"
+        request = urllib.request.Request(url)
+        if registry.token:
+            request.add_header("Authorization", f"Bearer {registry.token}")
+        try:
+            resp = urllib.request.urlopen(request, timeout=600)
+        except urllib.error.HTTPError as err:
+            raise FetchError(f"GET {url}: HTTP {err.code} {err.reason}") from None
+        with resp:
+            reader = _HashingReader(resp)
+            with tarfile.open(fileobj=reader, mode="r|gz" if media.endswith("+gzip") else "r|") as tar:
+                for member in tar:
+                    name = member.name.lstrip("./")
+                    head, _, base = name.rpartition("/")
+                    if base == ".wh..wh..opq":  # opaque directory: lower layers' entries go
+                        for path in [p for p in files if p.startswith(head + "/")]:
+                            del files[path]
+                    elif base.startswith(".wh."):
+                        gone = f"{head}/{base[4:]}" if head else base[4:]
+                        for path in [p for p in files if p == gone or p.startswith(gone + "/")]:
+                            del files[path]
+                    elif name.startswith(prefix):
+                        files.pop(name, None)
+                        if member.isfile():
+                            files[name] = hashlib.sha256(tar.extractfile(member).read()).hexdigest()
+            actual = reader.drain()
+        if actual != layer["digest"]:
+            raise FetchError(f"GET {url}: content hashes to {actual}, not {layer['digest']}; refusing it")
+    return files
+
+
 def _platform_manifest(registry: Registry, pinned: str, platform: str) -> tuple[bytes, str]:
     data, ctype = registry.get("manifests", pinned, MANIFEST_TYPES + INDEX_TYPES)
     doc = json.loads(data)
@@ -167,7 +228,8 @@ def _platform_manifest(registry: Registry, pinned: str, platform: str) -> tuple[
     raise FetchError(f"{pinned} is an index without a {platform} manifest")
 
 
-def fetch(host: str, repository: str, pinned: str, platform: str, out: Path, auth_file: Path | None = None) -> dict:
+def fetch(host: str, repository: str, pinned: str, platform: str, out: Path, auth_file: Path | None = None,
+          scan_prefix: str | None = None) -> dict:
     if not DIGEST_RE.match(pinned):
         raise FetchError(f"digest {pinned!r} is not sha256:<64 lowercase hex>; pin bases by digest")
     registry = Registry(host, repository, auth_file)
@@ -201,7 +263,7 @@ def fetch(host: str, repository: str, pinned: str, platform: str, out: Path, aut
     contents_layers = []
     for i, (layer, diff_id) in enumerate(zip(manifest["layers"], diff_ids)):
         descriptor = {
-            "mediaType": OCI_LAYER_FOR.get(layer["mediaType"], layer["mediaType"]),
+            "mediaType": oci_layer_type(layer["mediaType"]),
             "digest": layer["digest"],
             "size": layer["size"],
             "diff_id": diff_id,
@@ -214,6 +276,9 @@ def fetch(host: str, repository: str, pinned: str, platform: str, out: Path, aut
     pin = {"registry": host, "repository": repository, "pinned_digest": pinned,
            "manifest_digest": manifest_digest, "platform": platform, "layers": len(contents_layers)}
     (out / "pin.json").write_text(json.dumps(pin, indent=2, sort_keys=True) + "\n")
+    if scan_prefix is not None:
+        files = scan_files(registry, manifest, scan_prefix)
+        (out / "files.json").write_text(json.dumps(files, indent=1, sort_keys=True) + "\n")
     return pin
 
 
@@ -224,14 +289,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--digest", required=True, help="the pinned sha256:<hex> (manifest or index)")
     parser.add_argument("--platform", default="linux/amd64")
     parser.add_argument("--auth-file", type=Path, help="docker/podman auth file with credentials")
+    parser.add_argument("--scan-prefix", help="also record the sha256 of every file under this image path (files.json)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     try:
-        pin = fetch(args.registry, args.repository, args.digest, args.platform, args.out, args.auth_file)
-    except (FetchError, KeyError, ValueError) as err:
+        pin = fetch(args.registry, args.repository, args.digest, args.platform, args.out, args.auth_file,
+                    args.scan_prefix)
+    except (FetchError, KeyError, ValueError, tarfile.TarError) as err:
         print(f"oci_fetch: error: {args.registry}/{args.repository}@{args.digest}: {err}", file=sys.stderr)
         return 1
-    print(f"oci_fetch: {args.registry}/{args.repository}@{pin['manifest_digest']} ({pin['layers']} layers, blobs not fetched)")
+    kept = "layers streamed once for files.json, not kept" if args.scan_prefix else "blobs not fetched"
+    print(f"oci_fetch: {args.registry}/{args.repository}@{pin['manifest_digest']} ({pin['layers']} layers, {kept})")
     return 0
 
 

@@ -47,17 +47,41 @@ class RecordError(Exception):
     """A record or its inputs are inconsistent; the message names the file and the fix."""
 
 
+BASE_FLAVORS = ("cpu-test", "production")
+
+
 @dataclass(frozen=True)
 class Patch:
     name: str
     version: str
-    activation: str
+    activation: str  # summary: always, opt-in, on-30s, ...
+    # The series declaration's activation, verbatim (kind, and where declared: env/value,
+    # settings, disable): what a deployment may set for this patch.
+    switch: dict = field(default_factory=dict, hash=False)
+
+    @staticmethod
+    def from_json(obj: dict, where: str) -> "Patch":
+        switch = obj.get("switch")
+        if not isinstance(switch, dict) or not isinstance(switch.get("kind"), str):
+            raise RecordError(f"{where}: patch {obj.get('name')!r} has no switch (the series "
+                              "declaration's activation); re-run the recipe's .release target")
+        return Patch(obj["name"], obj["version"], obj["activation"], switch)
 
 
 @dataclass(frozen=True)
 class Base:
     name: str
     digest: str
+    # cpu-test: built here from the CPU lock (no GPU torch); production: a registry image
+    # pulled by digest (--config=prod). Derived from the base target by the facts rule.
+    flavor: str
+
+    @staticmethod
+    def from_json(obj: dict, where: str) -> "Base":
+        if obj.get("flavor") not in BASE_FLAVORS:
+            raise RecordError(f"{where}: base.flavor {obj.get('flavor')!r} is not one of "
+                              f"{', '.join(BASE_FLAVORS)}; re-run the recipe's .release target")
+        return Base(obj["name"], check_digest(obj["digest"], f"{where}: base.digest"), obj["flavor"])
 
 
 @dataclass(frozen=True)
@@ -81,10 +105,10 @@ class Facts:
                 recipe=obj["recipe"],
                 series=obj["series"],
                 digest=check_digest(obj["digest"], f"{path}: digest"),
-                base=Base(obj["base"]["name"], check_digest(obj["base"]["digest"], f"{path}: base.digest")),
+                base=Base.from_json(obj["base"], str(path)),
                 patch_layer_digest=check_digest(obj["patch_layer_digest"], f"{path}: patch_layer_digest"),
                 fingerprint=check_digest(obj["fingerprint"], f"{path}: fingerprint"),
-                patches=tuple(Patch(p["name"], p["version"], p["activation"]) for p in obj["patches"]),
+                patches=tuple(Patch.from_json(p, str(path)) for p in obj["patches"]),
                 base_lock_current=bool(obj.get("base_lock_current", True)),
             )
         except KeyError as err:
@@ -146,10 +170,10 @@ class Record:
             repository=obj["repository"],
             tag=obj["tag"],
             digest=obj["digest"],
-            base=Base(obj["base"]["name"], obj["base"]["digest"]),
+            base=Base.from_json(obj["base"], where),
             patch_layer_digest=obj["patch_layer_digest"],
             fingerprint=obj["fingerprint"],
-            patches=tuple(Patch(p["name"], p["version"], p["activation"]) for p in obj["patches"]),
+            patches=tuple(Patch.from_json(p, where) for p in obj["patches"]),
             published=obj["published"],
             source_revision=obj["source_revision"],
             recorded_at=obj["recorded_at"],
@@ -285,6 +309,9 @@ def check_record(record: Record, facts: Facts, declaration: dict, where: str, ba
             f"{where}: fingerprint {record.fingerprint}, but the series declaration and patches give"
             f" {series_fingerprint} (with the record's base {record.base.digest}); the series changed: {fix}"
         )
+    if record.base.flavor != facts.base.flavor:
+        problems.append(f"{where}: base flavor {record.base.flavor}, but the recipe now builds on a"
+                        f" {facts.base.flavor} base: {fix}")
     if record.base.digest != facts.base.digest:
         message = (
             f"{where}: base {record.base.name}@{record.base.digest}, but the recipe now builds on"
@@ -324,7 +351,13 @@ def cmd_release(args: argparse.Namespace) -> int:
         raise RecordError(str(err)) from None
     path = record_path(records_dir(args.records_dir), facts)
     workspace = os.environ.get("BUILD_WORKSPACE_DIRECTORY")
-    record = plan_release(load(path), facts, repository, tag,
+    try:
+        existing = load(path)
+    except RecordError as err:
+        # An older record format: `release` writes an unpublished record anyway.
+        print(f"{path}: replacing a record this writer cannot read ({err})", file=sys.stderr)
+        existing = None
+    record = plan_release(existing, facts, repository, tag,
                           source_revision(Path(workspace) if workspace else None), utc_now())
     if record is None:
         print(f"{path}: already records {repository}@{facts.digest}; unchanged")

@@ -26,6 +26,11 @@ def _facts_impl(ctx):
     args.add("--patch-layer-descriptor", layer.descriptor)
     args.add("--patches-json", ctx.file.patches_json)
     args.add("--declaration", chain.declaration)
+    # The flavor follows from the base target: a pulled registry image (oci_pull) has only
+    # shallow layers; a base built here from the CPU lock carries its layer blobs.
+    base_layers = image.layers[:-1]
+    pulled = base_layers and all([layer.blob == None for layer in base_layers])
+    args.add("--base-flavor", "production" if pulled else "cpu-test")
     args.add("--out", out)
     ctx.actions.run(
         executable = ctx.executable._facts,

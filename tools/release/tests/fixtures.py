@@ -21,8 +21,8 @@ DECLARATION = {
     "pins": {},
 }
 PATCHES = [
-    {"name": "a", "version": "v1", "activation": "always"},
-    {"name": "stall", "version": "v1", "activation": "on-30s"},
+    {"name": "a", "version": "v1", "activation": "always", "switch": {"kind": "unconditional"}},
+    {"name": "stall", "version": "v1", "activation": "on-30s", "switch": {"kind": "on-by-default"}},
 ]
 
 
@@ -52,7 +52,7 @@ def build(tmp: Path, name: str = "glm53_v3", content: str = "patched", base_text
         "recipe": f"//recipes:{name}",
         "series": "v3",
         "digest": digest,
-        "base": {"name": "//recipes/bases:test_base", "digest": base_digest},
+        "base": {"name": "//recipes/bases:test_base", "digest": base_digest, "flavor": "cpu-test"},
         "patch_layer_digest": manifest["layers"][-1]["digest"],
         "fingerprint": fingerprint(DECLARATION, base_digest),
         "patches": PATCHES,

@@ -130,3 +130,35 @@ def test_check_names_the_command_when_the_record_is_missing(tmp_path: Path, caps
     built = build(tmp_path)
     assert _check(built, tmp_path / "rel/glm53_v3.json") == 1
     assert "bazel run //recipes:glm53_v3.release" in capsys.readouterr().err
+
+
+def test_record_carries_base_flavor_and_patch_switches(tmp_path: Path) -> None:
+    built = build(tmp_path)
+    _release(built, tmp_path / "rel")
+    obj = json.loads((tmp_path / "rel/glm53_v3.json").read_text())
+    assert obj["base"]["flavor"] == "cpu-test"
+    assert [p["switch"]["kind"] for p in obj["patches"]] == ["unconditional", "on-by-default"]
+
+
+def test_check_fails_when_the_base_flavor_changes(tmp_path: Path, capsys) -> None:
+    built = build(tmp_path)
+    _release(built, tmp_path / "rel")
+    facts = json.loads(built.facts.read_text())
+    facts["base"]["flavor"] = "production"
+    built.facts.write_text(json.dumps(facts))
+    assert _check(built, tmp_path / "rel/glm53_v3.json") == 1
+    assert "base flavor cpu-test, but the recipe now builds on a production base" in capsys.readouterr().err
+
+
+def test_a_record_without_flavor_is_rejected_when_read(tmp_path: Path) -> None:
+    built = build(tmp_path)
+    _release(built, tmp_path / "rel")
+    path = tmp_path / "rel/glm53_v3.json"
+    obj = json.loads(path.read_text())
+    del obj["base"]["flavor"]
+    path.write_text(json.dumps(obj))
+    with pytest.raises(rec.RecordError, match="base.flavor None is not one of cpu-test, production"):
+        rec.load(path)
+    # `release` replaces such a record instead of refusing to read it.
+    assert _release(built, tmp_path / "rel") == 0
+    assert rec.load(path).base.flavor == "cpu-test"
