@@ -71,12 +71,9 @@ class Source:
 
 
 def default_gate() -> Gate:
-    """compose.deployable.reasons (//compose:deployable_lib); refusing when it is missing."""
-    try:
-        from compose import deployable  # noqa: PLC0415  (optional until the pins work lands)
-    except ImportError as err:
-        raise Refused(f"the deployability gate compose.deployable cannot be imported ({err}); "
-                      "add //compose:deployable_lib to //tools/rollout's deps, or pass --rehearsal for a rehearsal") from None
+    """compose.deployable.reasons (//compose:deployable_lib)."""
+    from compose import deployable  # noqa: PLC0415  (imported only when a gate is needed)
+
     return deployable.reasons
 
 

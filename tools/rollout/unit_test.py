@@ -196,20 +196,6 @@ def test_rehearsal_skips_the_gate(workspace: Path, capsys) -> None:
     assert "docker-compose ps --all --quiet model-proxy-registrar" in out.err
 
 
-def test_missing_gate_module_refuses(workspace: Path, capsys, monkeypatch) -> None:
-    import builtins
-    real_import = builtins.__import__
-
-    def no_deployable(name, *args, **kwargs):
-        if name == "compose" and args and args[2] and "deployable" in args[2]:
-            raise ImportError("No module named 'compose.deployable'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_deployable)
-    assert cli.main(_apply_argv(workspace)) == 1
-    assert "add //compose:deployable_lib to //tools/rollout's deps" in capsys.readouterr().err
-
-
 # -- apply, automatic rollback, journal ------------------------------------------------------------
 
 
