@@ -116,6 +116,7 @@ class _Builder:
             ("init", True),
             ("restart", "unless-stopped"),
             ("stop_grace_period", "5m"),
+            ("healthcheck", self.engine_healthcheck()),
             ("depends_on", cmap(("model-downloader",
                                  cmap(("condition", "service_completed_successfully"))))),
             ("volumes", seq([f"huggingface_cache:{HF_CACHE}", "kernel_cache:/root/.cache/kernels"])),
@@ -151,6 +152,20 @@ class _Builder:
                 ("certs", cmap(("external", True))),
             )),
             ("configs", self.configs()),
+        )
+
+    def engine_healthcheck(self) -> CommentedMap:
+        # /health answers without a generation (SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0); the
+        # timeout stays under the inference proxy's 3 s health probe, and start_period covers a
+        # model load up to the engine's watchdog timeout.
+        url = f"http://127.0.0.1:{self.common.engine.port}/health"
+        return cmap(
+            ("test", seq(["CMD", "python3", "-c",
+                          f"import urllib.request; urllib.request.urlopen('{url}', timeout=2)"])),
+            ("interval", "10s"),
+            ("timeout", "2s"),
+            ("retries", 3),
+            ("start_period", "1800s"),
         )
 
     def _sidecar(self, name: str) -> Any:
