@@ -22,6 +22,18 @@ METRICS_PATH = "/metrics"
 PROXY_PORT = 8000
 PROXY = "proxy-glm53"
 DCGM_CSV = "/etc/dcgm-exporter/nearai-h200.csv"
+# Memory ceilings of the sidecars (chosen, not measured), so a leaking sidecar is killed before
+# it takes host RAM the engines' HiCache budget counts on. The perception check (512m) and the
+# collector (768m, with GOMEMLIMIT below it) set theirs next to their other limits.
+SIDECAR_MEMORY = {
+    "model-downloader": "8g",  # hf_xet's high-performance mode buffers chunks in RAM
+    "hf-cleanup": "256m",
+    "nginx": "1g",
+    "model-proxy-registrar": "128m",
+    PROXY: "4g",  # request bodies up to VLLM_PROXY_MAX_REQUEST_SIZE (100 MiB) per stream
+    "glm53-soak-relay": "512m",
+    "dcgm-glm53": "1g",
+}
 
 
 def _env(entries: Env) -> CommentedMap:
@@ -188,6 +200,7 @@ class _Builder:
             ("container_name", "model-downloader"),
             ("image", sc.image),
             ("restart", "no"),
+            ("mem_limit", SIDECAR_MEMORY["model-downloader"]),
             ("entrypoint", seq(["/bin/sh", "-c"])),
             ("command", seq([raw("\n".join(lines))])),
             ("environment", _env(sc.environment)),
@@ -204,6 +217,7 @@ class _Builder:
             ("image", sc.image),
             ("profiles", seq(["maintenance"], flow=True)),
             ("restart", "no"),
+            ("mem_limit", SIDECAR_MEMORY["hf-cleanup"]),
             ("entrypoint", seq(["/bin/sh", "-c"])),
             ("command", seq([raw(assets.read("hf-cleanup.sh"))])),
             ("environment", _env((("MODEL_NAME", "${MODEL_NAME:-}"),
@@ -220,6 +234,7 @@ class _Builder:
             ("container_name", "nginx"),
             ("image", sc.image),
             ("restart", "unless-stopped"),
+            ("mem_limit", SIDECAR_MEMORY["nginx"]),
             ("entrypoint", seq(["/bin/sh", "-c"])),
             ("command", seq([raw(assets.read("nginx-entrypoint.sh"))])),
             *((("environment", _env(sc.environment)),) if sc.environment else ()),
@@ -249,6 +264,7 @@ class _Builder:
             ("container_name", "model-proxy-registrar"),
             ("image", sc.image),
             ("restart", "unless-stopped"),
+            ("mem_limit", SIDECAR_MEMORY["model-proxy-registrar"]),
             # Time to unregister from every peer on SIGTERM.
             ("stop_grace_period", "45s"),
             ("command", seq(["sh", "/register.sh"])),
@@ -283,6 +299,7 @@ class _Builder:
             ("container_name", PROXY),
             ("image", sc.image),
             ("restart", "unless-stopped"),
+            ("mem_limit", SIDECAR_MEMORY[PROXY]),
             ("privileged", True),
             ("environment", _env(tuple(env))),
             ("volumes", seq(["/var/run/dstack.sock:/var/run/dstack.sock",
@@ -335,6 +352,7 @@ class _Builder:
             ("image", sc.image),
             ("profiles", seq(["verification"], flow=True)),
             ("restart", "unless-stopped"),
+            ("mem_limit", SIDECAR_MEMORY["glm53-soak-relay"]),
             ("environment", _env((*sc.environment, ("NGINX_ENVSUBST_FILTER", "PROXY_TOKEN")))),
             ("ports", seq([f"{r.soak_port}:{r.soak_port}" for r in self.rd.replicas])),
             ("volumes", seq(["certs:/etc/nginx/certs:ro"])),
@@ -355,6 +373,7 @@ class _Builder:
             ("container_name", "dcgm-glm53"),
             ("image", sc.image),
             ("restart", "unless-stopped"),
+            ("mem_limit", SIDECAR_MEMORY["dcgm-glm53"]),
             ("cap_add", seq(["SYS_ADMIN"], flow=True)),
             ("command", seq(["-f", DCGM_CSV])),
             *((("environment", _env(sc.environment)),) if sc.environment else ()),
