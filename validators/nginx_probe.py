@@ -33,7 +33,8 @@ from typing import Any
 from validators import nginx_conf, nginx_test
 from validators.compose_doc import Finding
 from validators.model import Model
-from validators.topology import EmbeddedNginx, is_nginx_service, listen_ports, nginx_configs
+from validators.topology import (EmbeddedNginx, is_nginx_service, listen_ports, nginx_configs,
+                                 url_host)
 
 PROBE_PATHS = ("/metrics", "/metrics/", "/metrics/x", "/metricsz", "//metrics", "/%6Detrics",
                "/v1/metrics", "/v1/metrics/", "/v1/metrics/x", "/v1/metricsz")
@@ -87,7 +88,6 @@ def _hosts_and_ports(model: Model, items: list[EmbeddedNginx]) -> tuple[dict[str
             if d.name == "set" and len(d.args) >= 2:
                 candidates.append(d.args[1].text)
             if d.name in nginx_test.UPSTREAM_PASSES and d.args:
-                from validators.topology import url_host
                 candidates.append(url_host(d.args[0].text))
             for name in candidates:
                 if (re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]*", name) and name not in hosts

@@ -31,6 +31,7 @@ from validators.glm53_contract import (W4AFP8_LONG_CONTEXT, FileContract, LongTi
                                        ReplicaContract)
 from validators.releases import (ReleaseError, Releases, image_digest, load_release_dir,
                                  load_releases)
+from validators.secrets import shown
 from validators.telemetry import collector_config
 from validators.topology import engines, nginx_configs
 
@@ -60,7 +61,10 @@ def options(argv: list[str]) -> list[tuple[str, str | None]]:
 
 
 def _render(flag: str, value: str | None) -> str:
-    return flag if value is None else f"{flag} {value}"
+    if value is None:
+        return flag
+    text = shown(flag, value)
+    return f"{flag} {value}" if text == repr(value) else f"{flag} {text}"
 
 
 def argv_findings(compose: ComposeFile, where: str, actual: list[str],
@@ -145,9 +149,10 @@ def replica_findings(compose: ComposeFile, contract: FileContract, spec: Replica
         if key not in env:
             findings.append(compose.finding(where, f"missing, contract requires {want[key]!r}"))
         elif key not in want:
-            findings.append(compose.finding(where, f"unexpected variable (value {env[key]!r})"))
+            findings.append(compose.finding(where, f"unexpected variable (value {shown(key, env[key])})"))
         elif env[key] != want[key]:
-            findings.append(compose.finding(where, f"is {env[key]!r}, contract requires {want[key]!r}"))
+            findings.append(compose.finding(where, (
+                f"is {shown(key, env[key])}, contract requires {want[key]!r}")))
     ids = _device_ids(service)
     if ids != list(spec.device_ids):
         findings.append(compose.finding(join_path(base, "deploy.resources.reservations.devices"), (
