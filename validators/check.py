@@ -1,5 +1,8 @@
 """One entry point: every validator, with the right arguments, on the compose files given.
 
+Every validator but the schema check reads Compose's canonical model of the file (the schema
+judges the file as written; `config -q` judges it through the same binary).
+
     bazel run //validators:check -- compose/*.yaml
 
 Runs structure, nginx, telemetry, services, runtime (Compose's canonical model) and, on a file
@@ -80,9 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     releases = ["--releases-dir", args.releases_dir] if args.releases_dir else []
     runs: list[tuple[Callable[[list[str]], int], list[str]]] = [
         (structure.main, ["--compose-bin", compose_bin, *files]),
-        (nginx_check.main, ["--nginx-bin", args.nginx_bin, *files]),
-        (telemetry.main, list(files)),
-        (services.main, list(files)),
+        (nginx_check.main, ["--compose-bin", compose_bin, "--nginx-bin", args.nginx_bin, *files]),
+        (telemetry.main, ["--compose-bin", compose_bin, *files]),
+        (services.main, ["--compose-bin", compose_bin, *files]),
         (runtime.main, ["--compose-bin", compose_bin, "--nginx-bin", args.nginx_bin, *releases,
                         *(["--series-dir", args.series_dir] if args.series_dir else []), *files]),
     ]
@@ -97,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             failed = 1
             continue
-        runs.append((prod_contract.main, [*releases, "--source", source, raw]))
+        runs.append((prod_contract.main, ["--compose-bin", compose_bin, *releases, "--source",
+                                          source, raw]))
     for run, run_argv in runs:
         failed += run(run_argv) != 0
         sys.stdout.flush()

@@ -20,6 +20,9 @@ from typing import Any, Mapping
 from validators.compose_doc import CI_DUMMY_ENV, ComposeFile, Finding, LoadError
 
 
+PROJECT = "validated"
+
+
 @dataclass
 class Model:
     """One compose file as Compose resolves it; `label` is how findings name the file."""
@@ -49,7 +52,10 @@ def compose_json(path: Path, compose_bin: str, interpolate: bool = True,
         argv.append("--no-interpolate")
     with tempfile.TemporaryDirectory(prefix="compose-model-") as home:
         run_env = {"PATH": "/usr/bin:/bin", "HOME": home, "DOCKER_CONFIG": home,
-                   "COMPOSE_DISABLE_ENV_FILE": "1", "COMPOSE_PROFILES": "*", **env}
+                   "COMPOSE_DISABLE_ENV_FILE": "1", "COMPOSE_PROFILES": "*",
+                   # Fixed, so project-scoped names (volumes, configs) do not depend on where
+                   # the file lies: a copy and its source resolve alike.
+                   "COMPOSE_PROJECT_NAME": PROJECT, **env}
         try:
             proc = subprocess.run(argv, env=run_env, cwd=home, capture_output=True, text=True,
                                   timeout=120)

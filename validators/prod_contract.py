@@ -289,7 +289,7 @@ def _remove_overlay(doc: dict[str, Any], overlay: LongTierOverlay) -> None:
         if not isinstance(service, dict):
             continue
         if isinstance(service.get("ports"), list):
-            service["ports"] = [p for p in service["ports"] if str(p) != overlay.port_mapping]
+            service["ports"] = [p for p in service["ports"] if _mapping(p) != overlay.port_mapping]
         env = service.get("environment")
         if isinstance(env, dict):
             for key in overlay.registrar_env:
@@ -297,6 +297,13 @@ def _remove_overlay(doc: dict[str, Any], overlay: LongTierOverlay) -> None:
         elif isinstance(env, list):
             service["environment"] = [e for e in env
                                       if str(e).partition("=")[0] not in overlay.registrar_env]
+
+
+def _mapping(port: Any) -> str:
+    """`published:target` of a Compose port, long form (the model) or short."""
+    if isinstance(port, dict):
+        return f"{port.get('published')}:{port.get('target')}"
+    return str(port)
 
 
 def _replica_order(name: str) -> tuple[int, str]:
@@ -418,7 +425,7 @@ def check(compose: ComposeFile, args: argparse.Namespace) -> list[Finding]:
     source = None
     if args.source:
         try:
-            source = load_compose(cli.user_path(args.source), label=args.source)
+            source = cli.load(args.source, args.compose_bin)
         except LoadError as exc:
             return [compose.finding("", f"source file: {exc}")]
     return validate(compose, W4AFP8_LONG_CONTEXT, releases, source)

@@ -55,7 +55,9 @@ class Result:
 def run_validator(module: str, *args: str | Path) -> Result:
     """The real CLI in a child interpreter: exit code, output, and no traceback allowed."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+           # The validators read Compose's canonical model through the pinned binary.
+           "COMPOSE_BIN": os.environ.get("COMPOSE_BIN", "")}
     proc = subprocess.run([sys.executable, "-m", f"validators.{module}", *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=300)
     assert "Traceback" not in proc.stderr, proc.stderr
