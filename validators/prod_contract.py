@@ -26,7 +26,7 @@ from typing import Any, Mapping
 from validators import cli, nginx_conf
 from validators.compose_doc import (ComposeFile, Finding, InterpolationError, LoadError,
                                     command_argv, env_map, interpolate, join_path, labels_map,
-                                    load_compose, load_yaml_text)
+                                    load_yaml_text)
 from validators.glm53_contract import (W4AFP8_LONG_CONTEXT, FileContract, LongTierOverlay,
                                        ReplicaContract)
 from validators.releases import (ReleaseError, Releases, image_digest, load_release_dir,

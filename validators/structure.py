@@ -11,7 +11,6 @@ import argparse
 import hashlib
 import importlib.resources
 import json
-import os
 import re
 import subprocess
 import sys
