@@ -81,11 +81,12 @@ def _hosts_and_ports(model: Model, items: list[EmbeddedNginx]) -> tuple[dict[str
     ports = {80}
     unknown = 0
     for item in items:
+        pass_vars = nginx_test.pass_variables(item.directives)
         for d in nginx_conf.walk(item.directives):
             if d.name in nginx_test.UPSTREAM_PASSES or (d.name == "server" and d.block is None):
                 ports |= {int(p) for p in re.findall(r":(\d+)", " ".join(d.values))}
             candidates = []
-            if d.name == "set" and len(d.args) >= 2:
+            if d.name == "set" and len(d.args) >= 2 and d.args[0].text.lstrip("$") in pass_vars:
                 candidates.append(d.args[1].text)
             if d.name in nginx_test.UPSTREAM_PASSES and d.args:
                 candidates.append(url_host(d.args[0].text))

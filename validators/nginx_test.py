@@ -55,6 +55,7 @@ TEMP_DIRECTIVES = ("client_body_temp_path", "proxy_temp_path", "fastcgi_temp_pat
 UPSTREAM_PASSES = ("proxy_pass", "grpc_pass", "uwsgi_pass", "fastcgi_pass", "scgi_pass")
 _IP = re.compile(r"^(\d{1,3}(\.\d{1,3}){3}|localhost|[0-9a-fA-F:]*:[0-9a-fA-F:]*)$")
 UNPRIVILEGED = 65534  # nobody
+_PASS_VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,13 @@ def _quote(value: str) -> str:
     return value if re.fullmatch(r"[^\s;{}'\"#]+", value) else '"' + value.replace('"', '\\"') + '"'
 
 
+def pass_variables(directives: list[nginx_conf.Directive]) -> set[str]:
+    """Variables a pass directive uses: only their `set` values are host names
+    (`set $backend proxy-glm53; proxy_pass http://$backend:8000;`)."""
+    return {m for d in nginx_conf.walk(directives) if d.name in UPSTREAM_PASSES
+            for m in _PASS_VAR.findall(" ".join(d.values))}
+
+
 def rewrite(item: EmbeddedNginx, prefix: Path, http2_directive: bool,
             hosts: Mapping[str, str] | None = None, listen_host: str | None = None) -> str:
     """The config with machine-specific paths and hosts moved into the test prefix.
@@ -92,6 +100,7 @@ def rewrite(item: EmbeddedNginx, prefix: Path, http2_directive: bool,
     hosts = hosts or {}
     upstream_names = {d.args[0].text for d in nginx_conf.walk(item.directives)
                       if d.name == "upstream" and d.args}
+    pass_vars = pass_variables(item.directives)
 
     def replace(token: nginx_conf.Token, value: str) -> None:
         edits.append((token.start, token.end, _quote(value)))
@@ -119,7 +128,8 @@ def rewrite(item: EmbeddedNginx, prefix: Path, http2_directive: bool,
             host = url_host(first.text)
             if host and "$" not in host and not _IP.match(host) and host not in upstream_names:
                 replace(first, first.text.replace(host, hosts.get(host, "127.0.0.1"), 1))
-        elif d.name == "set" and len(d.args) >= 2 and d.args[1].text in hosts:
+        elif (d.name == "set" and len(d.args) >= 2 and d.args[1].text in hosts
+              and d.args[0].text.lstrip("$") in pass_vars):
             replace(d.args[1], hosts[d.args[1].text])
         elif d.name == "listen" and listen_host and not first.text.startswith("unix:"):
             port = first.text.rsplit(":", 1)[-1].rstrip("]")
