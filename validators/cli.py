@@ -55,10 +55,11 @@ def load(raw: str, compose_bin: str | None) -> ComposeFile:
     return compose
 
 
-def run(validator: str, args: argparse.Namespace, check: Check) -> int:
-    """Loads each file, runs `check`, prints every finding; exit 1 when any file fails."""
+def run(validator: str, args: argparse.Namespace, check: Check,
+        compose_bin: str | None = None) -> int:
+    """Loads each file (as Compose's model with `compose_bin`), runs `check`, prints every
+    finding; exit 1 when any file fails."""
     report = Report(validator)
-    compose_bin = getattr(args, "canonical_bin", None)
     for raw in args.files:
         try:
             compose = load(raw, compose_bin)
@@ -86,8 +87,6 @@ def main(validator: str, description: str, check: Check,
     if add_arguments:
         add_arguments(p)
     args = p.parse_args(argv)
-    if canonical:
-        if not args.compose_bin:
-            p.error("--compose-bin (or $COMPOSE_BIN) is required: the rules read Compose's model")
-        args.canonical_bin = args.compose_bin
-    return run(validator, args, check)
+    if canonical and not args.compose_bin:
+        p.error("--compose-bin (or $COMPOSE_BIN) is required: the rules read Compose's model")
+    return run(validator, args, check, args.compose_bin if canonical else None)

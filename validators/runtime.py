@@ -35,12 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from validators import cli, nginx_conf, nginx_probe, secrets
-from validators.compose_doc import Finding, LoadError, command_argv, join_path
+from validators import cli, nginx_conf, nginx_probe, secrets, topology
+from validators.compose_doc import Finding, LoadError, Report, command_argv, join_path
 from validators.model import Model, default_compose_bin, load_model
 from validators.releases import Release, Releases, ReleaseError, image_digest, load_release_dir
 from validators.tier import TIERS, Tier
-from validators.topology import (inference_proxies, is_engine, is_nginx_service, listen_ports,
+from validators.topology import (inference_proxies, is_nginx_service, listen_ports,
                                  location_of, nginx_configs, proxy_routes, upstream_hosts)
 
 VALIDATOR = "runtime"
@@ -61,7 +61,7 @@ def seconds(value: Any) -> float | None:
 
 
 def engines(model: Model) -> list[str]:
-    return [n for n, s in model.services.items() if is_engine(s)]
+    return topology.engines(model.as_compose_file())
 
 
 @dataclass(frozen=True)
@@ -447,7 +447,6 @@ def context(args: argparse.Namespace) -> Context:
 
 
 def run(args: argparse.Namespace) -> int:
-    from validators.compose_doc import Report
     report = Report(VALIDATOR)
     if not args.compose_bin:
         print(f"{VALIDATOR}: --compose-bin (or COMPOSE_BIN) is required", file=sys.stderr)
@@ -465,7 +464,10 @@ def run(args: argparse.Namespace) -> int:
             report.findings.append(Finding(raw, "", str(exc).removeprefix(f"{raw}: ")))
             continue
         findings = validate(model, ctx)
-        report.extend(findings) if findings else report.ok_files.append(raw)
+        if findings:
+            report.extend(findings)
+        else:
+            report.ok_files.append(raw)
     text = report.render()
     print(text, file=sys.stderr if report.findings else sys.stdout)
     return 1 if report.findings else 0
