@@ -5,13 +5,14 @@
 the nginx service's configs are placed as in the container (nginx_test.build_prefix), every
 upstream service name is mapped to its own loopback address where a stub HTTP server records
 what reaches it, every `listen` binds 127.0.0.1, and nginx runs for real in a private network
-namespace. Each public listener (a port the default-started nginx service publishes) gets the
+namespace (loopback brought up with an ioctl). Each public listener (a port the default-started nginx service publishes) gets the
 PROBE_PATHS; any request a stub receives is a finding naming the listener and the path.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import http.client
 import ipaddress
 import json
@@ -20,6 +21,7 @@ import re
 import signal
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import tempfile
@@ -222,9 +224,19 @@ def _request(listener: Listener, path: str) -> int:
         conn.close()
 
 
+def _loopback_up() -> None:
+    """A new network namespace starts with `lo` down; bring it up (what `ip link set lo up`
+    does, without needing iproute2)."""
+    get_flags, set_flags, iff_up = 0x8913, 0x8914, 0x1  # SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        ifreq = fcntl.ioctl(s, get_flags, struct.pack("16sh22x", b"lo", 0))
+        flags = struct.unpack("16sh22x", ifreq)[1]
+        fcntl.ioctl(s, set_flags, struct.pack("16sh22x", b"lo", flags | iff_up))
+
+
 def child(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
-    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    _loopback_up()
     seen: list[tuple[str, str]] = []
     stubs = [_stub(Upstream(**u), seen) for u in spec["upstreams"]]
     listeners = [Listener(**l) for l in spec["listeners"]]
