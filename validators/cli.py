@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from validators.compose_doc import ComposeFile, Finding, LoadError, Report, load_compose
+from validators.model import compose_json
 
 # A check gets one loaded file plus the parsed arguments and returns its findings.
 Check = Callable[[ComposeFile, argparse.Namespace], list[Finding]]
@@ -35,13 +36,33 @@ def parser(prog: str, description: str) -> argparse.ArgumentParser:
     return p
 
 
-def run(validator: str, args: argparse.Namespace, check: Check) -> int:
-    """Loads each file, runs `check`, prints every finding; exit 1 when any file fails."""
+def add_compose_bin(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--compose-bin", default=os.environ.get("COMPOSE_BIN", ""),
+                   help="the pinned Docker Compose v2 binary whose canonical model the rules read "
+                        "(default: $COMPOSE_BIN)")
+
+
+def load(raw: str, compose_bin: str | None) -> ComposeFile:
+    """The file parsed (YAML errors with line and column), then, with `compose_bin`, its document
+    replaced by Compose's canonical model (`--no-interpolate`: merges and anchors resolved by
+    Compose, `${VAR}` references kept for the rules that compare them)."""
+    compose = load_compose(user_path(raw), label=raw)
+    if compose_bin:
+        try:
+            compose.doc = compose_json(compose.path, tool_path(compose_bin), interpolate=False)
+        except LoadError as exc:
+            raise LoadError(f"{raw}: {exc}") from None
+    return compose
+
+
+def run(validator: str, args: argparse.Namespace, check: Check,
+        compose_bin: str | None = None) -> int:
+    """Loads each file (as Compose's model with `compose_bin`), runs `check`, prints every
+    finding; exit 1 when any file fails."""
     report = Report(validator)
     for raw in args.files:
-        path = user_path(raw)
         try:
-            compose = load_compose(path, label=raw)
+            compose = load(raw, compose_bin)
         except LoadError as exc:
             report.findings.append(Finding(raw, "", str(exc).removeprefix(f"{raw}: ")))
             continue
@@ -58,8 +79,14 @@ def run(validator: str, args: argparse.Namespace, check: Check) -> int:
 
 def main(validator: str, description: str, check: Check,
          add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
-         argv: Sequence[str] | None = None) -> int:
+         argv: Sequence[str] | None = None, canonical: bool = True) -> int:
+    """With `canonical`, the rules read Compose's model (`--compose-bin` required)."""
     p = parser(validator, description)
+    if canonical:
+        add_compose_bin(p)
     if add_arguments:
         add_arguments(p)
-    return run(validator, p.parse_args(argv), check)
+    args = p.parse_args(argv)
+    if canonical and not args.compose_bin:
+        p.error("--compose-bin (or $COMPOSE_BIN) is required: the rules read Compose's model")
+    return run(validator, args, check, args.compose_bin if canonical else None)

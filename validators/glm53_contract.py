@@ -48,6 +48,7 @@ class LongTierOverlay:
 class FileContract:
     """What the long-context file must contain; see README for the rule list."""
 
+    deployment: str  # the file's `nearai.otel.deployment` label: which file this contract binds
     services: tuple[str, ...]
     replicas: tuple[ReplicaContract, ...]
     argv_template: str  # placeholders CHUNK, PDI, DIST_INIT
@@ -159,6 +160,7 @@ W4AFP8_LONG_CONTEXT_ENV = MappingProxyType({
 REPLICA_PREFIX = "model-sg-glm53-w4afp8-tp4-r"
 
 W4AFP8_LONG_CONTEXT = FileContract(
+    deployment="glm53-flash-sgl-tp4-w4afp8-long-context",
     services=(
         "model-downloader", "hf-cleanup", "nginx", "model-proxy-registrar", "proxy-glm53",
         f"{REPLICA_PREFIX}1", f"{REPLICA_PREFIX}2", "glm53-perception-check",

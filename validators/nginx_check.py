@@ -1,12 +1,11 @@
-"""nginx: embedded configs pass a real `nginx -t`; streaming keepalive; public metrics isolation.
+"""nginx: embedded configs pass a real `nginx -t`; streaming keepalive.
 
 Rules, per nginx config embedded in compose `configs` and mounted into an nginx service:
   * the text the container sees (Compose interpolation applied, `$$` -> `$`) passes `nginx -t`;
   * every HTTP/2 server block that proxies to an inference proxy sets `keepalive_timeout` and
     `keepalive_requests` in server scope (long streams must not be cut by the defaults);
-  * every TLS server block that proxies to an inference proxy answers `location ^~ /metrics` and
-    `location ^~ /v1/metrics` with `return 404` (metrics stay private), and a file that has
-    inference proxies behind nginx has at least one such TLS listener.
+Metrics isolation is judged by a real nginx on every public listener (runtime.py,
+`public-metrics`), not by reading location blocks.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 from typing import Iterable
 
@@ -25,16 +23,10 @@ from validators.topology import (EmbeddedNginx, inference_proxies, nginx_configs
 
 VALIDATOR = "nginx"
 
-METRICS_PATHS = ("/metrics", "/v1/metrics")
 
-
-def _listen_flags(server: nginx_conf.Directive) -> tuple[bool, bool]:
-    tls = http2 = False
-    for listen in server.children("listen"):
-        tls |= "ssl" in listen.values
-        http2 |= "http2" in listen.values
-    http2 |= any(d.values[:1] == ["on"] for d in server.children("http2"))
-    return tls, http2
+def _serves_http2(server: nginx_conf.Directive) -> bool:
+    http2 = any("http2" in listen.values for listen in server.children("listen"))
+    return http2 or any(d.values[:1] == ["on"] for d in server.children("http2"))
 
 
 def _describe(server: nginx_conf.Directive) -> str:
@@ -42,36 +34,10 @@ def _describe(server: nginx_conf.Directive) -> str:
     return f"server block at line {server.line} (listen {listens})"
 
 
-def _returns_404(location: nginx_conf.Directive) -> bool:
-    return any(r.values[:1] == ["404"] for r in location.children("return"))
-
-
-def _metrics_findings(compose: ComposeFile, item: EmbeddedNginx,
-                      server: nginx_conf.Directive) -> list[Finding]:
-    findings = []
-    locations = server.children("location")
-    for path in METRICS_PATHS:
-        # `^~` (prefix, wins over regex locations) and `=` (exact) both answer the path itself.
-        blocking = [l for l in locations
-                    if l.values in (["^~", path], ["=", path]) and _returns_404(l)]
-        overriding = [l for l in locations if l.values == ["=", path] and not _returns_404(l)]
-        if overriding:
-            findings.append(compose.finding(item.where, (
-                f"{_describe(server)}: `location = {path}` at line {overriding[0].line} "
-                f"overrides the 404 for {path}; make it `return 404;` or remove it")))
-        elif not blocking:
-            findings.append(compose.finding(item.where, (
-                f"{_describe(server)} is a public TLS listener in front of an inference proxy "
-                f"but does not block {path}: add `location ^~ {path} {{ return 404; }}`")))
-    return findings
-
-
 def static_findings(compose: ComposeFile, items: Iterable[EmbeddedNginx]) -> list[Finding]:
-    """The keepalive and metrics rules on the parsed configs (no nginx binary needed)."""
+    """The keepalive rule on the parsed configs (no nginx binary needed)."""
     proxies = set(inference_proxies(compose))
     findings: list[Finding] = []
-    tls_listeners = 0
-    fronted = False
     for item in items:
         if item.error:
             findings.append(compose.finding(item.where, f"Compose interpolation fails: {item.error}"))
@@ -84,9 +50,7 @@ def static_findings(compose: ComposeFile, items: Iterable[EmbeddedNginx]) -> lis
             hosts = proxied_hosts(server, item.directives, upstreams) & proxies
             if not hosts:
                 continue
-            fronted = True
-            tls, http2 = _listen_flags(server)
-            if http2:
+            if _serves_http2(server):
                 missing = [k for k in ("keepalive_timeout", "keepalive_requests")
                            if not server.children(k)]
                 if missing:
@@ -95,13 +59,6 @@ def static_findings(compose: ComposeFile, items: Iterable[EmbeddedNginx]) -> lis
                         f"but lacks {' and '.join(missing)} in server scope; long streams are "
                         f"closed by the defaults (set e.g. `keepalive_timeout 1h; "
                         f"keepalive_requests 1000000;`)")))
-            if tls:
-                tls_listeners += 1
-                findings += _metrics_findings(compose, item, server)
-    if fronted and tls_listeners == 0:
-        findings.append(compose.finding("configs", (
-            "nginx proxies to an inference proxy but no TLS listener (listen … ssl) does; "
-            "the public metrics rule has nothing to check")))
     return findings
 
 

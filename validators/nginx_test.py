@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from validators import nginx_conf
 from validators.topology import EmbeddedNginx, url_host
@@ -55,6 +55,7 @@ TEMP_DIRECTIVES = ("client_body_temp_path", "proxy_temp_path", "fastcgi_temp_pat
 UPSTREAM_PASSES = ("proxy_pass", "grpc_pass", "uwsgi_pass", "fastcgi_pass", "scgi_pass")
 _IP = re.compile(r"^(\d{1,3}(\.\d{1,3}){3}|localhost|[0-9a-fA-F:]*:[0-9a-fA-F:]*)$")
 UNPRIVILEGED = 65534  # nobody
+_PASS_VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 
 
 @dataclass(frozen=True)
@@ -82,11 +83,24 @@ def _quote(value: str) -> str:
     return value if re.fullmatch(r"[^\s;{}'\"#]+", value) else '"' + value.replace('"', '\\"') + '"'
 
 
-def rewrite(item: EmbeddedNginx, prefix: Path, http2_directive: bool) -> str:
-    """The config with machine-specific paths and hosts moved into the test prefix."""
+def pass_variables(directives: list[nginx_conf.Directive]) -> set[str]:
+    """Variables a pass directive uses: only their `set` values are host names
+    (`set $backend proxy-glm53; proxy_pass http://$backend:8000;`)."""
+    return {m for d in nginx_conf.walk(directives) if d.name in UPSTREAM_PASSES
+            for m in _PASS_VAR.findall(" ".join(d.values))}
+
+
+def rewrite(item: EmbeddedNginx, prefix: Path, http2_directive: bool,
+            hosts: Mapping[str, str] | None = None, listen_host: str | None = None) -> str:
+    """The config with machine-specific paths and hosts moved into the test prefix.
+
+    Upstream host names become 127.0.0.1, or `hosts[name]` when given (names reached through
+    `set $var name` too); with `listen_host`, every `listen` binds that address."""
     edits: list[tuple[int, int, str]] = []
+    hosts = hosts or {}
     upstream_names = {d.args[0].text for d in nginx_conf.walk(item.directives)
                       if d.name == "upstream" and d.args}
+    pass_vars = pass_variables(item.directives)
 
     def replace(token: nginx_conf.Token, value: str) -> None:
         edits.append((token.start, token.end, _quote(value)))
@@ -113,7 +127,13 @@ def rewrite(item: EmbeddedNginx, prefix: Path, http2_directive: bool) -> str:
                                           and d.parent is not None and d.parent.name == "upstream"):
             host = url_host(first.text)
             if host and "$" not in host and not _IP.match(host) and host not in upstream_names:
-                replace(first, first.text.replace(host, "127.0.0.1", 1))
+                replace(first, first.text.replace(host, hosts.get(host, "127.0.0.1"), 1))
+        elif (d.name == "set" and len(d.args) >= 2 and d.args[1].text in hosts
+              and d.args[0].text.lstrip("$") in pass_vars):
+            replace(d.args[1], hosts[d.args[1].text])
+        elif d.name == "listen" and listen_host and not first.text.startswith("unix:"):
+            port = first.text.rsplit(":", 1)[-1].rstrip("]")
+            replace(first, f"{listen_host}:{port if port.isdigit() else 80}")
         elif d.name == "http2" and not http2_directive and d.name_token is not None:
             # `http2 on;` (nginx >= 1.25.1) is the `listen … http2` parameter of older nginx.
             edits.append((d.name_token.start, d.end, " " * 0))
@@ -141,29 +161,36 @@ def _scratch_root() -> str | None:
     return "/tmp" if os.access("/tmp", os.W_OK) else None
 
 
+def build_prefix(items: list[EmbeddedNginx], prefix: Path, nginx_bin: str, openssl_bin: str,
+                 **rewrite_args) -> dict[str, str]:
+    """The container's nginx view under `prefix`; returns {file written: compose dotted path}."""
+    version = nginx_version(nginx_bin)
+    for sub in ("conf.d", "certs", "logs", "tmp"):
+        (prefix / sub).mkdir()
+    _self_signed(openssl_bin, prefix / "certs")
+    names: dict[str, str] = {}
+    main_item = next((i for i in items if i.target == "/etc/nginx/nginx.conf"), None)
+    for item in items:
+        body = rewrite(item, prefix, http2_directive=version >= (1, 25, 1), **rewrite_args)
+        dest = (prefix / "nginx.conf" if item is main_item
+                else prefix / "conf.d" / (Path(item.target).name or f"{item.config}.conf"))
+        if item is not main_item and dest.suffix != ".conf":
+            dest = dest.with_name(dest.name + ".conf")
+        dest.write_text(body)
+        names[str(dest)] = item.where
+    if main_item is None:
+        (prefix / "nginx.conf").write_text(STOCK_MAIN.format(prefix=prefix))
+        names[str(prefix / "nginx.conf")] = "nginx.conf (stock nginx image main config)"
+    return names
+
+
 def run_nginx_t(items: list[EmbeddedNginx], nginx_bin: str, openssl_bin: str) -> list[NginxError]:
     """`nginx -t` on one service's configs; errors name the compose config and line."""
     if not items:
         return []
-    version = nginx_version(nginx_bin)
     with tempfile.TemporaryDirectory(prefix="nginx-t-", dir=_scratch_root()) as tmp:
         prefix = Path(tmp)
-        for sub in ("conf.d", "certs", "logs", "tmp"):
-            (prefix / sub).mkdir()
-        _self_signed(openssl_bin, prefix / "certs")
-        names: dict[str, str] = {}
-        main_item = next((i for i in items if i.target == "/etc/nginx/nginx.conf"), None)
-        for item in items:
-            body = rewrite(item, prefix, http2_directive=version >= (1, 25, 1))
-            dest = (prefix / "nginx.conf" if item is main_item
-                    else prefix / "conf.d" / (Path(item.target).name or f"{item.config}.conf"))
-            if item is not main_item and dest.suffix != ".conf":
-                dest = dest.with_name(dest.name + ".conf")
-            dest.write_text(body)
-            names[str(dest)] = item.where
-        if main_item is None:
-            (prefix / "nginx.conf").write_text(STOCK_MAIN.format(prefix=prefix))
-            names[str(prefix / "nginx.conf")] = "nginx.conf (stock nginx image main config)"
+        names = build_prefix(items, prefix, nginx_bin, openssl_bin)
         # nginx -t writes its pid and error log: the unprivileged user owns the prefix.
         for path in [prefix, *prefix.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)

@@ -26,11 +26,12 @@ from typing import Any, Mapping
 from validators import cli, nginx_conf
 from validators.compose_doc import (ComposeFile, Finding, InterpolationError, LoadError,
                                     command_argv, env_map, interpolate, join_path, labels_map,
-                                    load_compose, load_yaml_text)
+                                    load_yaml_text)
 from validators.glm53_contract import (W4AFP8_LONG_CONTEXT, FileContract, LongTierOverlay,
                                        ReplicaContract)
 from validators.releases import (ReleaseError, Releases, image_digest, load_release_dir,
                                  load_releases)
+from validators.secrets import shown
 from validators.telemetry import collector_config
 from validators.topology import engines, nginx_configs
 
@@ -60,7 +61,10 @@ def options(argv: list[str]) -> list[tuple[str, str | None]]:
 
 
 def _render(flag: str, value: str | None) -> str:
-    return flag if value is None else f"{flag} {value}"
+    if value is None:
+        return flag
+    text = shown(flag, value)
+    return f"{flag} {value}" if text == repr(value) else f"{flag} {text}"
 
 
 def argv_findings(compose: ComposeFile, where: str, actual: list[str],
@@ -145,9 +149,10 @@ def replica_findings(compose: ComposeFile, contract: FileContract, spec: Replica
         if key not in env:
             findings.append(compose.finding(where, f"missing, contract requires {want[key]!r}"))
         elif key not in want:
-            findings.append(compose.finding(where, f"unexpected variable (value {env[key]!r})"))
+            findings.append(compose.finding(where, f"unexpected variable (value {shown(key, env[key])})"))
         elif env[key] != want[key]:
-            findings.append(compose.finding(where, f"is {env[key]!r}, contract requires {want[key]!r}"))
+            findings.append(compose.finding(where, (
+                f"is {shown(key, env[key])}, contract requires {want[key]!r}")))
     ids = _device_ids(service)
     if ids != list(spec.device_ids):
         findings.append(compose.finding(join_path(base, "deploy.resources.reservations.devices"), (
@@ -284,7 +289,7 @@ def _remove_overlay(doc: dict[str, Any], overlay: LongTierOverlay) -> None:
         if not isinstance(service, dict):
             continue
         if isinstance(service.get("ports"), list):
-            service["ports"] = [p for p in service["ports"] if str(p) != overlay.port_mapping]
+            service["ports"] = [p for p in service["ports"] if _mapping(p) != overlay.port_mapping]
         env = service.get("environment")
         if isinstance(env, dict):
             for key in overlay.registrar_env:
@@ -292,6 +297,13 @@ def _remove_overlay(doc: dict[str, Any], overlay: LongTierOverlay) -> None:
         elif isinstance(env, list):
             service["environment"] = [e for e in env
                                       if str(e).partition("=")[0] not in overlay.registrar_env]
+
+
+def _mapping(port: Any) -> str:
+    """`published:target` of a Compose port, long form (the model) or short."""
+    if isinstance(port, dict):
+        return f"{port.get('published')}:{port.get('target')}"
+    return str(port)
 
 
 def _replica_order(name: str) -> tuple[int, str]:
@@ -413,7 +425,7 @@ def check(compose: ComposeFile, args: argparse.Namespace) -> list[Finding]:
     source = None
     if args.source:
         try:
-            source = load_compose(cli.user_path(args.source), label=args.source)
+            source = cli.load(args.source, args.compose_bin)
         except LoadError as exc:
             return [compose.finding("", f"source file: {exc}")]
     return validate(compose, W4AFP8_LONG_CONTEXT, releases, source)

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 from pins import table as pin_table
 from validators import cli
+from validators.secrets import shown
 from validators.compose_doc import (ComposeFile, Finding, config_contents, depends_on_names,
                                     env_map, join_path)
 from validators.topology import (all_proxied_hosts, engines, inference_proxies, is_nginx_service,
@@ -89,7 +90,7 @@ def registrar_findings(compose: ComposeFile) -> list[Finding]:
     if not TOKEN_FROM_HOST.match(env.get("PROXY_TOKEN") or ""):
         findings.append(compose.finding(join_path(base, "environment", "PROXY_TOKEN"), (
             f"registrar must take PROXY_TOKEN from the host: `PROXY_TOKEN: ${{PROXY_TOKEN}}` "
-            f"(found {env.get('PROXY_TOKEN')!r})")))
+            f"(found {shown('PROXY_TOKEN', env.get('PROXY_TOKEN'))})")))
     contents = config_contents(compose)
     scripts: list[tuple[str, str]] = []
     for item in service.get("configs") or []:

@@ -11,7 +11,6 @@ import argparse
 import hashlib
 import importlib.resources
 import json
-import os
 import re
 import subprocess
 import sys
@@ -125,13 +124,15 @@ def check(compose: ComposeFile, args: argparse.Namespace) -> list[Finding]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--compose-bin", default=os.environ.get("COMPOSE_BIN", ""),
+    p.add_argument("--compose-bin", default="",
                    help="the Docker Compose v2 binary (not the always-0 wrapper); "
-                        "empty skips `config -q`")
+                        "omitted: the schema only, no `config -q`")
 
 
 def main(argv: list[str] | None = None) -> int:
-    return cli.main(VALIDATOR, __doc__.splitlines()[0], check, add_arguments, argv)
+    # The schema judges the file as written; the Compose binary judges it through `config -q`.
+    return cli.main(VALIDATOR, __doc__.splitlines()[0], check, add_arguments, argv,
+                    canonical=False)
 
 
 if __name__ == "__main__":

@@ -170,18 +170,46 @@ def url_host(url: str) -> str:
 PASS_DIRECTIVES = ("proxy_pass", "grpc_pass")
 
 
-def proxied_hosts(server: nginx_conf.Directive, http_scope: list[nginx_conf.Directive],
-                  upstreams: Mapping[str, list[str]]) -> set[str]:
-    """Hosts a server block proxies to, resolving `set $var host` and `upstream` names."""
+def proxy_routes(server: nginx_conf.Directive, http_scope: list[nginx_conf.Directive],
+                 upstreams: Mapping[str, list[str]]) -> list[tuple[nginx_conf.Directive, str]]:
+    """(proxy_pass directive, host) pairs of a server block, resolving `set $var host` and
+    `upstream` names."""
     values = {**_set_values([d for d in http_scope if d.name == "set"]), **_set_values([server])}
-    hosts: set[str] = set()
+    routes: list[tuple[nginx_conf.Directive, str]] = []
     for d in server.walk():
         if d.name not in PASS_DIRECTIVES or not d.args:
             continue
         url = _VAR.sub(lambda m: values.get(m.group(1), m.group(0)), d.args[0].text)
         host = url_host(url)
-        hosts.update(upstreams.get(host, [host]) if host else [])
-    return hosts
+        routes += [(d, h) for h in (upstreams.get(host, [host]) if host else [])]
+    return routes
+
+
+def proxied_hosts(server: nginx_conf.Directive, http_scope: list[nginx_conf.Directive],
+                  upstreams: Mapping[str, list[str]]) -> set[str]:
+    """Hosts a server block proxies to, resolving `set $var host` and `upstream` names."""
+    return {host for _, host in proxy_routes(server, http_scope, upstreams)}
+
+
+def listen_ports(server: nginx_conf.Directive) -> list[int]:
+    """Ports of a server block's `listen` directives (`443 ssl`, `127.0.0.1:8000`, `[::]:80`)."""
+    ports = []
+    for listen in server.children("listen"):
+        if listen.args:
+            tail = listen.args[0].text.rsplit(":", 1)[-1].rstrip("]")
+            if tail.isdigit():
+                ports.append(int(tail))
+            elif not tail.startswith("unix"):
+                ports.append(80)
+    return ports
+
+
+def location_of(directive: nginx_conf.Directive) -> str:
+    """`location ^~ /debug` of the nearest enclosing location, or `server`."""
+    node = directive.parent
+    while node is not None and node.name != "location":
+        node = node.parent
+    return " ".join(["location", *node.values]) if node is not None else "server"
 
 
 def all_proxied_hosts(item: EmbeddedNginx) -> set[str]:

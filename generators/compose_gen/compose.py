@@ -22,6 +22,18 @@ METRICS_PATH = "/metrics"
 PROXY_PORT = 8000
 PROXY = "proxy-glm53"
 DCGM_CSV = "/etc/dcgm-exporter/nearai-h200.csv"
+# Memory ceilings of the sidecars (chosen, not measured), so a leaking sidecar is killed before
+# it takes host RAM the engines' HiCache budget counts on. The perception check (512m) and the
+# collector (768m, with GOMEMLIMIT below it) set theirs next to their other limits.
+SIDECAR_MEMORY = {
+    "model-downloader": "8g",  # hf_xet's high-performance mode buffers chunks in RAM
+    "hf-cleanup": "256m",
+    "nginx": "1g",
+    "model-proxy-registrar": "128m",
+    PROXY: "4g",  # request bodies up to VLLM_PROXY_MAX_REQUEST_SIZE (100 MiB) per stream
+    "glm53-soak-relay": "512m",
+    "dcgm-glm53": "1g",
+}
 
 
 def _env(entries: Env) -> CommentedMap:
@@ -116,6 +128,7 @@ class _Builder:
             ("init", True),
             ("restart", "unless-stopped"),
             ("stop_grace_period", "5m"),
+            ("healthcheck", self.engine_healthcheck()),
             ("depends_on", cmap(("model-downloader",
                                  cmap(("condition", "service_completed_successfully"))))),
             ("volumes", seq([f"huggingface_cache:{HF_CACHE}", "kernel_cache:/root/.cache/kernels"])),
@@ -153,6 +166,20 @@ class _Builder:
             ("configs", self.configs()),
         )
 
+    def engine_healthcheck(self) -> CommentedMap:
+        # /health answers without a generation (SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0); the
+        # timeout stays under the inference proxy's 3 s health probe, and start_period covers a
+        # model load up to the engine's watchdog timeout.
+        url = f"http://127.0.0.1:{self.common.engine.port}/health"
+        return cmap(
+            ("test", seq(["CMD", "python3", "-c",
+                          f"import urllib.request; urllib.request.urlopen('{url}', timeout=2)"])),
+            ("interval", "10s"),
+            ("timeout", "2s"),
+            ("retries", 3),
+            ("start_period", "1800s"),
+        )
+
     def _sidecar(self, name: str) -> Any:
         return self.common.sidecars[name]
 
@@ -175,6 +202,7 @@ class _Builder:
             ("container_name", "model-downloader"),
             ("image", sc.image),
             ("restart", "no"),
+            ("mem_limit", SIDECAR_MEMORY["model-downloader"]),
             ("entrypoint", seq(["/bin/sh", "-c"])),
             ("command", seq([raw("\n".join(lines))])),
             ("environment", _env(sc.environment)),
@@ -191,6 +219,7 @@ class _Builder:
             ("image", sc.image),
             ("profiles", seq(["maintenance"], flow=True)),
             ("restart", "no"),
+            ("mem_limit", SIDECAR_MEMORY["hf-cleanup"]),
             ("entrypoint", seq(["/bin/sh", "-c"])),
             ("command", seq([raw(assets.read("hf-cleanup.sh"))])),
             ("environment", _env((("MODEL_NAME", "${MODEL_NAME:-}"),
@@ -207,6 +236,7 @@ class _Builder:
             ("container_name", "nginx"),
             ("image", sc.image),
             ("restart", "unless-stopped"),
+            ("mem_limit", SIDECAR_MEMORY["nginx"]),
             ("entrypoint", seq(["/bin/sh", "-c"])),
             ("command", seq([raw(assets.read("nginx-entrypoint.sh"))])),
             *((("environment", _env(sc.environment)),) if sc.environment else ()),
@@ -236,6 +266,7 @@ class _Builder:
             ("container_name", "model-proxy-registrar"),
             ("image", sc.image),
             ("restart", "unless-stopped"),
+            ("mem_limit", SIDECAR_MEMORY["model-proxy-registrar"]),
             # Time to unregister from every peer on SIGTERM.
             ("stop_grace_period", "45s"),
             ("command", seq(["sh", "/register.sh"])),
@@ -270,6 +301,7 @@ class _Builder:
             ("container_name", PROXY),
             ("image", sc.image),
             ("restart", "unless-stopped"),
+            ("mem_limit", SIDECAR_MEMORY[PROXY]),
             ("privileged", True),
             ("environment", _env(tuple(env))),
             ("volumes", seq(["/var/run/dstack.sock:/var/run/dstack.sock",
@@ -322,6 +354,7 @@ class _Builder:
             ("image", sc.image),
             ("profiles", seq(["verification"], flow=True)),
             ("restart", "unless-stopped"),
+            ("mem_limit", SIDECAR_MEMORY["glm53-soak-relay"]),
             ("environment", _env((*sc.environment, ("NGINX_ENVSUBST_FILTER", "PROXY_TOKEN")))),
             ("ports", seq([f"{r.soak_port}:{r.soak_port}" for r in self.rd.replicas])),
             ("volumes", seq(["certs:/etc/nginx/certs:ro"])),
@@ -342,6 +375,7 @@ class _Builder:
             ("container_name", "dcgm-glm53"),
             ("image", sc.image),
             ("restart", "unless-stopped"),
+            ("mem_limit", SIDECAR_MEMORY["dcgm-glm53"]),
             ("cap_add", seq(["SYS_ADMIN"], flow=True)),
             ("command", seq(["-f", DCGM_CSV])),
             *((("environment", _env(sc.environment)),) if sc.environment else ()),

@@ -7,7 +7,8 @@ from typing import Callable
 
 import pytest
 
-from validators.tests.harness import Inputs, Mutation, inputs_from_env, mutator
+from validators.tests.harness import (CheckInputs, Inputs, Mutation, check_inputs_from_env,
+                                     inputs_from_env, mutator, text_mutator)
 
 
 @pytest.fixture(scope="session")
@@ -18,3 +19,13 @@ def inputs() -> Inputs:
 @pytest.fixture
 def mutate(tmp_path: Path) -> Callable[[Path, Mutation], Path]:
     return mutator(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def check_inputs() -> CheckInputs:
+    return check_inputs_from_env()
+
+
+@pytest.fixture
+def mutate_text(tmp_path: Path) -> Callable[..., Path]:
+    return text_mutator(tmp_path)

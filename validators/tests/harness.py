@@ -55,7 +55,9 @@ class Result:
 def run_validator(module: str, *args: str | Path) -> Result:
     """The real CLI in a child interpreter: exit code, output, and no traceback allowed."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+           # The validators read Compose's canonical model through the pinned binary.
+           "COMPOSE_BIN": os.environ.get("COMPOSE_BIN", "")}
     proc = subprocess.run([sys.executable, "-m", f"validators.{module}", *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=300)
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -104,3 +106,66 @@ def replace_once(text: str, old: str, new: str, count: int = 1) -> str:
     found = text.count(old)
     assert found == count, f"expected {count} occurrence(s) of {old!r}, found {found}"
     return text.replace(old, new)
+
+
+# --- the one entry point (validators.check) -------------------------------------------------
+
+REPO = HERE.parent.parent
+
+
+@dataclass(frozen=True)
+class CheckInputs:
+    compose_files: tuple[Path, ...]  # every committed compose file (by glob in //compose)
+    compose_dir: Path
+    releases_dir: Path
+    series_dir: Path
+    compose_bin: str
+    nginx_bin: str
+
+
+def check_inputs_from_env() -> CheckInputs:
+    files = tuple(Path(p).absolute() for p in os.environ.get("COMPOSE_FILES", "").split()) or \
+        tuple(sorted((REPO / "compose").glob("*.yaml")))
+    records = [Path(p).absolute() for p in os.environ.get("RELEASE_RECORDS", "").split()]
+    series = [Path(p).absolute() for p in os.environ.get("SERIES_FILES", "").split()]
+    return CheckInputs(
+        files, files[0].parent,
+        records[0].parent if records else REPO / "recipes" / "releases",
+        series[0].parent.parent if series else REPO / "patches",
+        os.environ.get("COMPOSE_BIN", ""), os.environ.get("NGINX_BIN", "/usr/sbin/nginx"))
+
+
+@dataclass(frozen=True)
+class CheckResult(Result):
+    def by_validator(self) -> dict[str, list[str]]:
+        """Finding lines grouped under the validator whose report printed them."""
+        out: dict[str, list[str]] = {}
+        current = ""
+        for line in self.stderr.splitlines():
+            if line.endswith(" error(s)") and " failed: " in line:
+                current = line.split(" failed: ")[0]
+                out.setdefault(current, [])
+            elif line.startswith("  - "):
+                out.setdefault(current, []).append(line[4:])
+        return out
+
+
+def run_check(ci: CheckInputs, *files: str | Path, extra: tuple[str, ...] = ()) -> CheckResult:
+    result = run_validator(
+        "check", "--compose-bin", ci.compose_bin, "--nginx-bin", ci.nginx_bin,
+        "--releases-dir", ci.releases_dir, "--series-dir", ci.series_dir,
+        "--compose-dir", ci.compose_dir, *extra, *files)
+    return CheckResult(result.returncode, result.stdout, result.stderr)
+
+
+def text_mutator(tmp_path: Path) -> Callable[..., Path]:
+    """Copies `source` as text with `edit` applied (anchors and merge keys stay as written)."""
+    counter = iter(range(1000))
+
+    def apply(source: Path, edit: Callable[[str], str], name: str | None = None) -> Path:
+        target = tmp_path / (name or f"mutant{next(counter)}-{source.name}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(edit(source.read_text()))
+        return target
+
+    return apply

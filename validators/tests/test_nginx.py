@@ -1,4 +1,4 @@
-"""nginx: a real `nginx -t` on the embedded configs, streaming keepalive, metrics isolation."""
+"""nginx: a real `nginx -t` on the embedded configs, streaming keepalive."""
 
 from __future__ import annotations
 
@@ -111,53 +111,6 @@ def test_http2_server_without_keepalive_requests(inputs: Inputs, mutate) -> None
         "serves HTTP/2 in front of proxy-glm53 but lacks keepalive_requests in server scope; long "
         "streams are closed by the defaults (set e.g. `keepalive_timeout 1h; "
         "keepalive_requests 1000000;`)")
-
-
-METRICS_BLOCK = r"location (\^~|=) {path} \{{\s*return 404;\s*\}}\n?"
-
-
-def test_public_tls_listener_exposes_v1_metrics(inputs: Inputs, mutate) -> None:
-    holder: dict[str, Any] = {}
-
-    def drift(doc: dict[str, Any]) -> None:
-        def edit(text: str) -> str:
-            text, count = re.subn(METRICS_BLOCK.format(path="/v1/metrics"), "", text)
-            assert count == 1 and "/v1/metrics" not in text
-            holder["line"] = tls_server_line(text)
-            return text
-        holder["name"] = nginx_config_name(doc)
-        edit_nginx(doc, edit)
-
-    copy = mutate(inputs.long_context, drift)
-    result = nginx(inputs, copy)
-    assert result.returncode == 1
-    [error] = result.errors()
-    assert error.startswith(f"{copy}: configs.{holder['name']}.content: server block at line "
-                            f"{holder['line']} (listen ")
-    assert error.endswith("is a public TLS listener in front of an inference proxy but does not "
-                          "block /v1/metrics: add `location ^~ /v1/metrics { return 404; }`")
-
-
-def test_exact_location_overrides_metrics_404(inputs: Inputs, mutate) -> None:
-    holder: dict[str, Any] = {}
-
-    def drift(doc: dict[str, Any]) -> None:
-        def edit(text: str) -> str:
-            text, count = re.subn(METRICS_BLOCK.format(path="/metrics"),
-                                  "location = /metrics { proxy_pass http://proxy-glm53:8000; }\n",
-                                  text)
-            assert count == 1
-            holder["exact"] = line_of(text, "location = /metrics")
-            return text
-        holder["name"] = nginx_config_name(doc)
-        edit_nginx(doc, edit)
-
-    copy = mutate(inputs.long_context, drift)
-    result = nginx(inputs, copy)
-    assert result.returncode == 1
-    [error] = result.errors()
-    assert error.endswith(f"`location = /metrics` at line {holder['exact']} overrides the 404 for "
-                          "/metrics; make it `return 404;` or remove it")
 
 
 def test_unbalanced_braces(inputs: Inputs, mutate) -> None:

@@ -101,10 +101,13 @@ def test_registrar_token_not_from_host(inputs: Inputs, mutate) -> None:
 
     copy = mutate(inputs.long_context, drift)
     result = services(copy)
+    leaked = "hunter2" in result.output  # checked first: a failure must not print the value
+    assert not leaked, "the rejected literal token appears in the output (not shown)"
     assert result.returncode == 1
     assert result.errors() == [
         f"{copy}: services.{REGISTRAR}.environment.PROXY_TOKEN: registrar must take PROXY_TOKEN "
-        "from the host: `PROXY_TOKEN: ${PROXY_TOKEN}` (found 'hunter2')"]
+        "from the host: `PROXY_TOKEN: ${PROXY_TOKEN}` (found <a literal of 7 characters, not "
+        "shown>)"]
 
 
 def test_proxy_without_web_context_key(inputs: Inputs, mutate) -> None:
