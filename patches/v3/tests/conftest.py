@@ -139,51 +139,57 @@ def tiny_tokenizer() -> Any:
     return _train_tiny_tokenizer()
 
 
-@pytest.fixture
-def make_tokenizer_manager() -> Iterator[Callable[..., Any]]:
-    """Build bare `TokenizerManager`s: `object.__new__` plus the attributes the tested methods
-    read. The preprocessing workers are created through the patch's own init hook when the tree
-    has it (stock 0.5.19 has none, so its methods run inline on the loop)."""
+def new_tokenizer_manager(tokenizer: Any = None) -> Any:
+    """A bare `TokenizerManager`: `object.__new__` plus the attributes the tested methods read.
+    The preprocessing workers are created through the patch's own init hook when the tree has
+    it (stock 0.5.19 has none, so its methods run inline on the loop)."""
     from sglang.srt.managers.tokenizer_manager import TokenizerManager
 
+    tm = object.__new__(TokenizerManager)
+    tm.tokenizer = tokenizer
+    tm.async_dynamic_batch_tokenizer = None
+    tm.server_args = SimpleNamespace(
+        default_chat_template_kwargs=None,
+        revision=None,
+        tokenizer_metrics_allowed_custom_labels=None,
+        context_length=None,
+        allow_auto_truncate=False,
+    )
+    tm.model_config = SimpleNamespace(
+        is_embedding_gemma=False,
+        is_multimodal=False,
+        context_len=4096,
+        model_path="tiny",
+        get_default_sampling_params=lambda: {},
+        hf_config=SimpleNamespace(
+            model_type="llama",
+            architectures=["LlamaForCausalLM"],
+            to_dict=lambda: {},
+        ),
+    )
+    tm.model_path = "tiny"
+    tm.config_value = lambda key: None
+    tm.request_logger = SimpleNamespace(log_requests=False, log_requests_level=0)
+    # Dispatch-side stand-ins (used by the shm tests).
+    tm.dispatched = []
+    tm._dispatch_to_scheduler = tm.dispatched.append
+    tm.cuda_vmm_feature_transport = SimpleNamespace(
+        prepare_for_dispatch=lambda mm_inputs_batch: [],
+        cancel_for_dispatch=lambda items: None,
+    )
+    init = getattr(tm, "init_request_preprocessing", None)
+    if init is not None:
+        init()
+    return tm
+
+
+@pytest.fixture
+def make_tokenizer_manager() -> Iterator[Callable[..., Any]]:
+    """Builds `new_tokenizer_manager`s and shuts their workers down after the test."""
     built: List[Any] = []
 
     def build(tokenizer: Any = None) -> Any:
-        tm = object.__new__(TokenizerManager)
-        tm.tokenizer = tokenizer
-        tm.async_dynamic_batch_tokenizer = None
-        tm.server_args = SimpleNamespace(
-            default_chat_template_kwargs=None,
-            revision=None,
-            tokenizer_metrics_allowed_custom_labels=None,
-            context_length=None,
-            allow_auto_truncate=False,
-        )
-        tm.model_config = SimpleNamespace(
-            is_embedding_gemma=False,
-            is_multimodal=False,
-            context_len=4096,
-            model_path="tiny",
-            get_default_sampling_params=lambda: {},
-            hf_config=SimpleNamespace(
-                model_type="llama",
-                architectures=["LlamaForCausalLM"],
-                to_dict=lambda: {},
-            ),
-        )
-        tm.model_path = "tiny"
-        tm.config_value = lambda key: None
-        tm.request_logger = SimpleNamespace(log_requests=False, log_requests_level=0)
-        # Dispatch-side stand-ins (used by the shm tests).
-        tm.dispatched = []
-        tm._dispatch_to_scheduler = tm.dispatched.append
-        tm.cuda_vmm_feature_transport = SimpleNamespace(
-            prepare_for_dispatch=lambda mm_inputs_batch: [],
-            cancel_for_dispatch=lambda items: None,
-        )
-        init = getattr(tm, "init_request_preprocessing", None)
-        if init is not None:
-            init()
+        tm = new_tokenizer_manager(tokenizer)
         built.append(tm)
         return tm
 

@@ -589,6 +589,7 @@ def test_small_request_does_not_wait_behind_a_bulk_conversion(
     )
 
 
+@pytest.mark.detects_previous_v3
 def test_each_lane_runs_one_call_at_a_time_in_order(make_tokenizer_manager, tiny_tokenizer):
     """Per tokenizer object, never two calls at once; per lane, FIFO."""
     lock = threading.Lock()
