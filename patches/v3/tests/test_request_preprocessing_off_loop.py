@@ -382,6 +382,7 @@ class _Stop(Exception):
 # --- one tokenizer object per thread ---------------------------------------------------------
 
 
+@pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 def test_workers_and_loop_each_own_a_tokenizer(make_tokenizer_manager, tiny_tokenizer):
     """Deterministic form of the race: the object a worker tokenizes with is never the one the
@@ -431,6 +432,7 @@ def _padding_load_on_loop(tokenizer: Any, errors: List[str], stop: asyncio.Event
     return run()
 
 
+@pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 def test_padding_calls_on_the_loop_while_the_worker_converts(
     make_tokenizer_manager, tiny_tokenizer
@@ -563,6 +565,7 @@ def test_a_tokenizer_error_never_retries_with_flattened_tools(
 # --- lanes -----------------------------------------------------------------------------------
 
 
+@pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 def test_small_request_does_not_wait_behind_a_bulk_conversion(
     make_tokenizer_manager, hold_factory
@@ -589,6 +592,7 @@ def test_small_request_does_not_wait_behind_a_bulk_conversion(
     )
 
 
+@pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 def test_each_lane_runs_one_call_at_a_time_in_order(make_tokenizer_manager, tiny_tokenizer):
     """Per tokenizer object, never two calls at once; per lane, FIFO."""
@@ -628,6 +632,7 @@ def test_each_lane_runs_one_call_at_a_time_in_order(make_tokenizer_manager, tiny
     assert [f"small {i}" for i in range(4)] in orders, by_thread
 
 
+@pytest.mark.detects_stock_bug
 def test_cancelled_conversion_never_overlaps_the_next(make_tokenizer_manager, hold_factory):
     hold = hold_factory()
     tm = make_tokenizer_manager()
