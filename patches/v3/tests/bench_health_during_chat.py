@@ -60,9 +60,10 @@ def _build_app(megabytes: float):
     return http_server.app, content
 
 
-async def _small_chats(client, count: int, big_chat) -> List[float]:
+async def _small_chats(client, count: int, big_chat, start_after: float) -> List[float]:
     """Small chats sent one after another while the big one converts; each one's delay."""
     delays: List[float] = []
+    await asyncio.sleep(start_after)  # the big conversion goes first
     content = SENTENCE * 20  # ~0.9 KB
     for _ in range(count):
         if big_chat.done():
@@ -89,8 +90,7 @@ async def _measure(app, content: str, interval: float, small_chats: int) -> Resu
                 json={"model": "tiny", "messages": [{"role": "user", "content": content}]},
             )
         )
-        await asyncio.sleep(interval)  # let the big conversion start first
-        smalls = asyncio.create_task(_small_chats(c, small_chats, chat))
+        smalls = asyncio.create_task(_small_chats(c, small_chats, chat, interval))
         worst, probes, slow = 0.0, 0, []
         while not chat.done():
             sent = time.monotonic()
