@@ -330,13 +330,16 @@ def _blocked_after_real_lifespan(release) -> int:
 async def real_lifespan_main(args: argparse.Namespace) -> None:
     """sglang's own http_server.lifespan, imported through the package, arms
     the dumper on the running loop before anything else it does."""
+    # A tree without the module (stock) fails here, before the import that
+    # costs ~12 s of CPU.
+    located = locate()
     http_server = importlib.import_module("sglang.srt.entrypoints.http_server")
     real = sys.modules.get("sglang.srt.utils.event_loop_stall_dump")
     mark(
         "package-import",
         json.dumps(
             {
-                "located": str(locate().resolve()),
+                "located": str(located.resolve()),
                 "imported": str(Path(real.__file__).resolve()) if real else None,
             }
         ),
