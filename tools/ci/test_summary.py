@@ -2,8 +2,12 @@
 
 Bazel's own closing summary ("Executed N out of M tests") is not a line CI recognizes, so
 .ci/run passes `--build_event_json_file` and calls this. Every test target counts once: PASSED
-(cached or not) and FLAKY (a `flaky` test that passed on a retry, listed) are passes; FAILED, TIMEOUT, INCOMPLETE, REMOTE_FAILURE, FAILED_TO_BUILD,
-NO_STATUS and tests that were aborted before running are failures.
+(cached or not) is a pass; FLAKY (passed on a retry) is a pass, listed, only for a target
+declared `flaky` (--declared-flaky, written by .ci/run from
+`bazel query 'attr(flaky, 1, tests(//...))'`): a target not declared flaky that failed an
+attempt has a real, intermittent failure, and counts as failed. FAILED, TIMEOUT, INCOMPLETE,
+REMOTE_FAILURE, FAILED_TO_BUILD, NO_STATUS and tests that were aborted before running are
+failures.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+UNDECLARED_FLAKY = "FLAKY, but not declared flaky: an attempt failed"
 
 
 @dataclass
@@ -25,7 +31,7 @@ class Summary:
         return f"{len(self.passed)} passed, {len(self.failed)} failed"
 
 
-def summarize(events: list[dict]) -> Summary:
+def summarize(events: list[dict], declared_flaky: frozenset[str] = frozenset()) -> Summary:
     summary = Summary()
     test_targets: set[str] = set()
     for event in events:
@@ -36,10 +42,13 @@ def summarize(events: list[dict]) -> Summary:
             label = ident["testSummary"]["label"]
             test_targets.add(label)
             status = event.get("testSummary", {}).get("overallStatus", "NO_STATUS")
-            if status in ("PASSED", "FLAKY"):  # FLAKY: passed on a retry of a `flaky` test
+            if status == "PASSED":
                 summary.passed.append(label)
-                if status == "FLAKY":
-                    summary.flaky.append(label)
+            elif status == "FLAKY" and label in declared_flaky:
+                summary.passed.append(label)
+                summary.flaky.append(label)
+            elif status == "FLAKY":
+                summary.failed[label] = UNDECLARED_FLAKY
             else:
                 summary.failed[label] = status
         elif "targetCompleted" in ident and "aborted" in event:
@@ -54,12 +63,22 @@ def read_events(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def read_labels(path: Path) -> frozenset[str]:
+    """One label a line, as `bazel query --output=label` prints them."""
+    return frozenset(line.strip() for line in path.read_text().splitlines() if line.strip())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("bep_json", type=Path, help="file written by --build_event_json_file")
     parser.add_argument("--bazel-exit-code", type=int, default=0, help="exit code of the bazel test run")
+    parser.add_argument(
+        "--declared-flaky", type=Path,
+        help="labels of the test targets declared flaky, one a line; without it every FLAKY is a failure",
+    )
     args = parser.parse_args(argv)
-    summary = summarize(read_events(args.bep_json) if args.bep_json.exists() else [])
+    declared = read_labels(args.declared_flaky) if args.declared_flaky else frozenset()
+    summary = summarize(read_events(args.bep_json) if args.bep_json.exists() else [], declared)
     if args.bazel_exit_code != 0 and not summary.failed:
         # The build failed before any test could report (an analysis error, a failed fetch).
         summary.failed["(build)"] = f"bazel exited with {args.bazel_exit_code}; see its output above"

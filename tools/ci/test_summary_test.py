@@ -53,8 +53,40 @@ def test_failed_build_without_test_results_counts_as_a_failure(tmp_path: Path) -
     assert proc.returncode == 1
 
 
-def test_flaky_pass_counts_as_passed_and_is_listed(tmp_path: Path) -> None:
+def test_flaky_pass_of_a_declared_flaky_target_counts_as_passed_and_is_listed(tmp_path: Path) -> None:
     bep = tmp_path / "bep.json"
     bep.write_text(json.dumps(_event("testSummary", "//a:t", testSummary={"overallStatus": "FLAKY"})) + "\n")
-    proc = subprocess.run([sys.executable, "-m", "tools.ci.test_summary", str(bep)], capture_output=True, text=True)
+    declared = tmp_path / "flaky.txt"
+    declared.write_text("//a:t\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.ci.test_summary", str(bep), "--declared-flaky", str(declared)],
+        capture_output=True, text=True,
+    )
     assert proc.stdout.splitlines() == ["FLAKY //a:t: passed only on a retry", "1 passed, 0 failed"]
+    assert proc.returncode == 0
+
+
+def test_flaky_result_of_a_target_not_declared_flaky_is_a_failure(tmp_path: Path) -> None:
+    # e.g. --flaky_test_attempts retried a deterministic test: its failed attempt is real.
+    bep = tmp_path / "bep.json"
+    bep.write_text(
+        json.dumps(_event("testSummary", "//a:t", testSummary={"overallStatus": "FLAKY"})) + "\n"
+        + json.dumps(_event("testSummary", "//b:t", testSummary={"overallStatus": "FLAKY"})) + "\n"
+    )
+    declared = tmp_path / "flaky.txt"
+    declared.write_text("//b:t\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.ci.test_summary", str(bep), "--declared-flaky", str(declared)],
+        capture_output=True, text=True,
+    )
+    assert proc.stdout.splitlines() == [
+        "FLAKY //b:t: passed only on a retry",
+        "FAILED //a:t: FLAKY, but not declared flaky: an attempt failed",
+        "1 passed, 1 failed",
+    ]
+    assert proc.returncode == 1
+
+
+def test_without_a_flaky_list_every_flaky_result_is_a_failure() -> None:
+    summary = summarize([_event("testSummary", "//a:t", testSummary={"overallStatus": "FLAKY"})])
+    assert summary.line() == "0 passed, 1 failed"

@@ -9,6 +9,8 @@ Examples:
   run_in_image.py run --layout bazel-bin/recipes/glm53_v3 -- python3 -c 'import sglang'
   run_in_image.py suite --layout bazel-bin/recipes/glm53_v3 \\
       --tests /usr/share/glm53-engine/glm53_v3/tests --expect all-pass
+  run_in_image.py suite --layout bazel-bin/recipes/glm53_v3 \\
+      --tests /usr/share/glm53-engine/glm53_v3/tests --markers 'not timing'
   run_in_image.py suite --layout bazel-bin/recipes/bases/sglang_cpu_0_5_19 \\
       --host-tests patches/v1/tests/test_x.py patches/v1/tests/conftest.py --expect stock-bugs
   run_in_image.py prune    # empty the podman storage and the rootfs cache
@@ -151,7 +153,10 @@ def cmd_suite(args: argparse.Namespace) -> int:
         _stage_tests(args.host_tests, tests_dir)
         mounts.append(Mount(tests_dir, TESTS_DIR))
         targets = [TESTS_DIR]
-    pytest_args = DEFAULT_PYTEST_ARGS + list(args.pytest_arg) + [f"--junitxml={OUT_DIR}/junit.xml", *targets]
+    selection = ["-m", args.markers] if args.markers else []
+    pytest_args = (
+        DEFAULT_PYTEST_ARGS + selection + list(args.pytest_arg) + [f"--junitxml={OUT_DIR}/junit.xml", *targets]
+    )
     spec = RunSpec(
         image=image,
         command=["python3", f"{RUN_DIR}/pytest_driver.py", "--report", f"{OUT_DIR}/report.json", "--", *pytest_args],
@@ -224,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
                          f" @{suite.STOCK_MARKER} tests fail; none: record only (see --report-out)")
     suite_p.add_argument("--report-out", type=Path, metavar="FILE",
                          help="also write the JSON report (every test's outcome and markers) here")
+    suite_p.add_argument("--markers", metavar="EXPR",
+                         help="pytest -m expression selecting the tests, e.g. 'timing' or 'not timing'"
+                         " (tests that measure time carry @pytest.mark.timing)")
     suite_p.add_argument("--pytest-arg", action="append", default=[], help="extra pytest argument")
     suite_p.set_defaults(func=cmd_suite)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 from types import ModuleType
 from typing import Callable, Iterator
 
@@ -89,9 +90,26 @@ def test_group_needs_more_than_one_rank(
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-5", "1.5"])
-def test_bad_min_rows_names_the_variable(
+def test_bad_min_rows_with_the_split_on_names_the_variable(
     monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
+    monkeypatch.setenv(FLAG, "1")
     monkeypatch.setenv(MIN_ROWS, value)
     with pytest.raises(ValueError, match=MIN_ROWS):
         dsa_indexer._read_qsplit_env()
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "1.5"])
+def test_bad_min_rows_with_the_split_off_still_imports(
+    reload_indexer: Reload, caplog: pytest.LogCaptureFixture, value: str
+) -> None:
+    # The setting is unused while the split is off: the module must load
+    # (a real reload, as at model load) and say once what it ignored.
+    with caplog.at_level(logging.WARNING, logger=dsa_indexer.__name__):
+        module = reload_indexer(**{MIN_ROWS: value})
+    assert module._QSPLIT is False
+    assert module._QSPLIT_MIN_ROWS == 1024
+    warnings = [r.getMessage() for r in caplog.records if MIN_ROWS in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert f"{MIN_ROWS}={value!r}" in warnings[0]
+    assert "ignored while SGLANG_DSA_INDEXER_QSPLIT is off" in warnings[0]

@@ -12,6 +12,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "detects_stock_bug: fails on stock sglang 0.5.19, passes once the patch is applied",
     )
+    # Tests that must measure time; CI runs them in their own, retried
+    # target (`-m timing`) and everything else with `-m "not timing"`.
+    config.addinivalue_line(
+        "markers", "timing: asserts on wall-clock time; run in the timing target"
+    )
 
 
 def pytest_report_header(config: pytest.Config) -> str:

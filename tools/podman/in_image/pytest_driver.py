@@ -28,8 +28,10 @@ class _Recorder:
     def __init__(self) -> None:
         self.tests: dict[str, dict] = {}
 
-    def pytest_collection_modifyitems(self, items) -> None:
-        for item in items:
+    def pytest_collection_finish(self, session) -> None:
+        # session.items is what runs: after `-m`/`-k` deselection, so a
+        # deselected test is neither reported nor counted as not run.
+        for item in session.items:
             self.tests[item.nodeid] = {
                 "nodeid": item.nodeid,
                 "markers": sorted({mark.name for mark in item.iter_markers()}),

@@ -14,6 +14,8 @@ def _impl(ctx):
         fail("%s: give exactly one of tests_in_image or host_tests" % ctx.label)
     args, files = image_args(ctx.attr.image[OciImageInfo])
     args = ["suite", "--backend=" + ctx.attr.backend, "--expect=" + ctx.attr.expect] + args
+    if ctx.attr.markers:
+        args.append("--markers=" + ctx.attr.markers)
     for path in ctx.attr.tests_in_image:
         args += ["--tests", path]
     if ctx.files.host_tests:
@@ -33,6 +35,7 @@ _image_suite_test = rule(
         "tests_in_image": attr.string_list(doc = "test paths inside the image"),
         "host_tests": attr.label_list(allow_files = True, doc = "test files mounted into the image instead"),
         "backend": attr.string(default = "auto", values = ["auto", "podman", "bwrap"]),
+        "markers": attr.string(doc = "pytest -m expression, e.g. \"timing\" or \"not timing\" (tests that measure time carry @pytest.mark.timing)"),
         "env": attr.string_dict(doc = "extra environment variables in the container"),
         "_runner": attr.label(default = "//tools/podman:run_in_image", executable = True, cfg = "target"),
     },
@@ -44,7 +47,8 @@ def image_suite_test(name, tags = [], **kwargs):
     Args:
       name: test name.
       tags: extra tags.
-      **kwargs: image, expect, tests_in_image, host_tests, backend, env, size, timeout, ...
+      **kwargs: image, expect, tests_in_image, host_tests, markers, backend, env, size,
+        timeout, flaky, ...
     """
     kwargs.setdefault("size", "large")
     _image_suite_test(

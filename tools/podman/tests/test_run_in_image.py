@@ -33,6 +33,11 @@ TESTS = {
         "def test_only_loopback():\n    assert [n for _, n in socket.if_nameindex()] == ['lo']\n\n"
         "def test_env_from_image():\n    assert os.environ['GLM53_FROM_IMAGE'] == 'yes'\n"
     ),
+    "v3/test_timed.py": (
+        "import pytest\n\n"
+        "@pytest.mark.timing\n"
+        "def test_measures_time():\n    pass\n"
+    ),
 }
 
 
@@ -65,6 +70,16 @@ def _suite(layout: Path, *extra: str) -> int:
 
 def test_patched_image_passes_its_shipped_suite(images) -> None:
     assert _suite(images["patched"], "--tests", "/usr/share/glm53-engine/glm53_test/tests") == 0
+
+
+@pytest.mark.parametrize("markers, tests", [("not timing", 4), ("timing", 1)])
+def test_markers_select_the_deterministic_or_the_timing_tests(
+    images, capsys, markers: str, tests: int
+) -> None:
+    # Deselected tests are neither run nor judged "not-run".
+    code = _suite(images["patched"], "--tests", "/usr/share/glm53-engine/glm53_test/tests", "--markers", markers)
+    assert code == 0
+    assert f"in-image suite OK (all-pass): {tests} tests: {tests} passed;" in capsys.readouterr().out
 
 
 def test_stock_image_fails_exactly_the_marked_tests(images, monkeypatch) -> None:
