@@ -23,8 +23,9 @@ REPOSITORY_RE = re.compile(r"^[a-z0-9.-]+(?::[0-9]+)?/[a-z0-9._/-]+$")
 
 # The patch that makes SGLANG_DSA_INDEXER_QSPLIT=1 mean something.
 QSPLIT_PATCH = "dsa-indexer-qsplit"
-# The v3 event-loop patches; `offloop-v3-` in config_variant marks an image carrying all three.
-EVENT_LOOP_V3_PATCHES = ("request-preprocessing-off-loop", "shm-off-loop", "event-loop-stall-dump")
+# The v3 event-loop patches; `offloop-v3-` in config_variant marks an image carrying all of them.
+EVENT_LOOP_V3_PATCHES = ("request-preprocessing-off-loop", "shm-off-loop", "mm-processor-off-loop",
+                         "event-loop-stall-dump")
 
 REQUIRED_KEYS = ("recipe", "series", "repository", "tag", "digest", "base", "patch_layer_digest",
                  "fingerprint", "patches", "published")
