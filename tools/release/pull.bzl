@@ -31,18 +31,37 @@ def _oci_pull_impl(rctx):
         fail("oci_pull(%s): python3 not found on PATH" % rctx.name)
     script = rctx.path(Label("//tools/release:oci_fetch.py"))
     result = rctx.execute(
-        [python, script, "--registry", rctx.attr.registry, "--repository", rctx.attr.repository,
-         "--digest", rctx.attr.digest, "--platform", rctx.attr.platform, "--out", "."] +
+        [
+            python,
+            script,
+            "--registry",
+            rctx.attr.registry,
+            "--repository",
+            rctx.attr.repository,
+            "--digest",
+            rctx.attr.digest,
+            "--platform",
+            rctx.attr.platform,
+            "--out",
+            ".",
+        ] +
         (["--scan-prefix", rctx.attr.site + "/sglang"] if rctx.attr.carries else []),
         timeout = 600,
         quiet = False,
     )
     if result.return_code != 0:
         fail("oci_pull(%s): fetching %s/%s@%s failed:\n%s\nThe production base needs registry access (--config=prod); the default CPU base does not." % (
-            rctx.name, rctx.attr.registry, rctx.attr.repository, rctx.attr.digest, result.stderr))
+            rctx.name,
+            rctx.attr.registry,
+            rctx.attr.repository,
+            rctx.attr.digest,
+            result.stderr,
+        ))
     pin = json.decode(rctx.read("pin.json"))
+
     # oci_fetch.py names them 000.json, 001.json, ... (Starlark's % has no zero padding).
     descriptors = ["layers/%s.json" % ("00" + str(i))[-3:] for i in range(pin["layers"])]
+
     # The repository holding this file ("" = the main one), so the generated BUILD finds it.
     home = "@" + Label("//tools/release:pull.bzl").workspace_name
     carries = ""

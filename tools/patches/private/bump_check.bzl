@@ -1,7 +1,7 @@
 """Implementation of patch_bump_check (public API: //tools/patches:defs.bzl)."""
 
-load("//tools/podman:defs.bzl", "image_files")
 load("//tools/patches:repositories.bzl", "sglang_source_repository_name")
+load("//tools/podman:defs.bzl", "image_files")
 
 def _json_file_impl(ctx):
     out = ctx.actions.declare_file(ctx.label.name + ".json")

@@ -26,6 +26,7 @@ def _facts_impl(ctx):
     args.add("--patch-layer-descriptor", layer.descriptor)
     args.add("--patches-json", ctx.file.patches_json)
     args.add("--declaration", chain.declaration)
+
     # The flavor follows from the base target: a pulled registry image (oci_pull) has only
     # shallow layers; a base built here from the CPU lock carries its layer blobs.
     base_layers = image.layers[:-1]
@@ -96,6 +97,7 @@ def _record_test_impl(ctx):
     chain = ctx.attr.chain[PatchChainInfo]
     name = ctx.attr.record_name
     matches = [f for f in ctx.files.records if f.basename == name]
+
     # A missing record is reported by the test itself (with the command that creates it).
     record_path = matches[0].short_path if matches else "recipes/releases/" + name
     args = ["check", "--facts", ctx.file.facts.short_path, "--record", record_path, "--declaration", chain.declaration.short_path]
@@ -186,10 +188,14 @@ def _verify_impl(ctx):
     ev = _evidence_files(ctx)
     args = [
         "verify",
-        "--envelope", ev["provenance.dsse.json"].short_path,
-        "--public-key", ev["signing-key.pub.pem"].short_path,
-        "--digest-file", image.digest.short_path,
-        "--sbom", ev["sbom.spdx.json"].short_path,
+        "--envelope",
+        ev["provenance.dsse.json"].short_path,
+        "--public-key",
+        ev["signing-key.pub.pem"].short_path,
+        "--digest-file",
+        image.digest.short_path,
+        "--sbom",
+        ev["sbom.spdx.json"].short_path,
     ]
     return [write_launcher(ctx, ctx.attr._evidence, args, ctx.files.evidence + [image.digest], "verify evidence")]
 
