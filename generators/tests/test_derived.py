@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from generators.compose_gen import tables as tables_mod
-from generators.compose_gen.releases import ReleaseError, load_release
+from generators.compose_gen.releases import EVENT_LOOP_V3_PATCHES, ReleaseError, load_release
 from generators.compose_gen.resolve import config_variant
 from conftest import FIXTURE_RELEASES, LONG_CONTEXT
 import yamlview
@@ -50,7 +50,7 @@ def test_offloop_marker_comes_from_the_record_patches(tmp_path, records):
     # whatever its name says; a partial v3 set is refused.
     text = (FIXTURE_RELEASES / "glm53_v3.json").read_text()
     lean = tmp_path / "glm53_v3.json"
-    for name in ("request-preprocessing-off-loop", "shm-off-loop", "event-loop-stall-dump"):
+    for name in EVENT_LOOP_V3_PATCHES:
         text = text.replace(f'"name": "{name}"', f'"name": "renamed-{name}"')
     lean.write_text(text)
     assert not load_release("glm53_v3", lean).has_event_loop_v3

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -78,8 +79,10 @@ def test_healthcheck_and_ports_are_changes_compose_acts_on(tmp_path: Path) -> No
 def test_scrape_label_change_needs_the_collector_force_recreated(tmp_path: Path) -> None:
     """r2's labels move in the collector's inline config: Compose's hash of the collector stays."""
     text = committed()
-    scrape = "                      engine_image: a3b935c84313\n"
-    plan = plan_of(tmp_path, replace_once(text, scrape, "                      engine_image: 01282e5accd7\n"))
+    # r2's scrape job and the engine_image label under it, whatever image r2 is pinned to now.
+    r2_job = text.index("- job_name: sglang-model-sg-glm53-w4afp8-tp4-r2\n")
+    label = re.compile(r"^ +engine_image: [0-9a-f]{12}\n", re.M).search(text, r2_job).group(0)
+    plan = plan_of(tmp_path, replace_once(text, label, label[:-13] + "01282e5accd7\n"))
     change = plan.changes[COLLECTOR]
     assert change.kind == FORCE_RECREATE
     assert change.reasons[0].startswith("config otelcol_app_config content changed")
