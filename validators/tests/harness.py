@@ -13,7 +13,8 @@ from typing import Any, Callable
 from ruamel.yaml import YAML
 
 HERE = Path(__file__).resolve().parent
-TESTDATA = HERE.parent / "testdata"
+# Plain `pytest validators/tests` (outside Bazel) checks the committed files and records.
+REPO = HERE.parent.parent
 
 
 @dataclass(frozen=True)
@@ -27,12 +28,12 @@ class Inputs:
 
 
 def inputs_from_env() -> Inputs:
-    lc = _path_from_env("LONG_CONTEXT_COMPOSE", TESTDATA / "glm53-w4afp8-long-context.yaml")
-    source = _path_from_env("LONG_CONTEXT_SOURCE", TESTDATA / "glm53-w4afp8-base.yaml")
+    lc = _path_from_env("LONG_CONTEXT_COMPOSE", REPO / "compose" / "GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml")
+    source = _path_from_env("LONG_CONTEXT_SOURCE", REPO / "compose" / "GLM-5.3-Flash-SGL-TP4-W4AFP8.yaml")
     extra = [Path(p).absolute() for p in os.environ.get("OTHER_COMPOSE", "").split() if p]
     releases = os.environ.get("RELEASE_RECORDS", "").split()
     release_paths = tuple(Path(p).absolute() for p in releases) or tuple(
-        sorted((TESTDATA / "releases").glob("*.json")))
+        sorted((REPO / "recipes" / "releases").glob("*.json")))
     return Inputs(lc, source, tuple(dict.fromkeys([lc, source, *extra])), release_paths,
                   os.environ.get("COMPOSE_BIN", ""), os.environ.get("NGINX_BIN", "/usr/sbin/nginx"))
 
@@ -77,7 +78,7 @@ def dump(doc: dict[str, Any], path: Path) -> None:
 
 
 def _path_from_env(var: str, default: Path) -> Path:
-    """Bazel passes rootpaths of the committed files; plain pytest falls back to the fixture."""
+    """Bazel passes rootpaths of the committed files; plain pytest falls back to the same file in the checkout."""
     value = os.environ.get(var)
     return Path(value).absolute() if value else default
 

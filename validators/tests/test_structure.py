@@ -81,9 +81,9 @@ def test_schema_type_error_has_dotted_path(inputs: Inputs, mutate) -> None:
 
 
 def test_bazel_binds_the_committed_files(inputs: Inputs) -> None:
-    """Under `bazel test` the fixtures must never stand in for the committed files."""
+    """Under `bazel test` the inputs are the committed files Bazel binds by label."""
     if "TEST_SRCDIR" not in os.environ:
-        pytest.skip("plain pytest: fixtures are the inputs")
+        pytest.skip("plain pytest: the checkout's files are the inputs")
     assert inputs.long_context.parent.name == "compose", inputs.long_context
     assert inputs.source.parent.name == "compose", inputs.source
     assert len(inputs.all_files) == 3
