@@ -20,7 +20,10 @@ def quick_failures(results: dict, requests: tuple[str, ...] = QUICK_REQUESTS) ->
         if entry is None:
             failures.append(f"{name}: not in results.json")
             continue
-        stock, v3 = entry["stock"], entry["v3"]
+        stock, v3 = entry.get("stock"), entry.get("v3")
+        if stock is None or v3 is None:
+            failures.append(f"{name}: the quick rule compares the stock and v3 arms; run both (--arms stock,v3)")
+            continue
         if not v3["worst_ms"] < V3_WORST_BELOW_MS:
             failures.append(f"{name}: v3 worst probe {v3['worst_ms']:.0f} ms, expected < {V3_WORST_BELOW_MS:.0f} ms")
         if not stock["worst_ms"] > STOCK_WORST_ABOVE_MS:
