@@ -164,6 +164,8 @@ def cmd_suite(args: argparse.Namespace) -> int:
     xml_out = os.environ.get("XML_OUTPUT_FILE")
     if xml_out and (out_dir / "junit.xml").is_file():
         shutil.copyfile(out_dir / "junit.xml", xml_out)
+    if args.report_out and (out_dir / "report.json").is_file():
+        shutil.copyfile(out_dir / "report.json", args.report_out)
     verdict = suite.judge(suite.load_report(out_dir / "report.json"), args.expect)
     if args.expect == "all-pass" and code != 0:
         raise suite.SuiteError(f"pytest exited {code} inside the image although every test passed")
@@ -219,7 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="host test files (relative paths, kept) mounted into the image")
     suite_p.add_argument("--expect", choices=suite.EXPECTATIONS, default="all-pass",
                          help="all-pass: every test passes; stock-bugs: exactly the"
-                         f" @{suite.STOCK_MARKER} tests fail")
+                         f" @{suite.STOCK_MARKER} tests fail; none: record only (see --report-out)")
+    suite_p.add_argument("--report-out", type=Path, metavar="FILE",
+                         help="also write the JSON report (every test's outcome and markers) here")
     suite_p.add_argument("--pytest-arg", action="append", default=[], help="extra pytest argument")
     suite_p.set_defaults(func=cmd_suite)
 

@@ -1,6 +1,6 @@
 """Judges a pytest report written by in_image/pytest_driver.py against an expectation.
 
-Two expectations:
+Three expectations:
   all-pass    the patched image: every test passes (skips are reported, never counted as
               passes of a detects_stock_bug test), at least one test ran.
   stock-bugs  the stock image: exactly the tests marked `detects_stock_bug` fail, every other
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 STOCK_MARKER = "detects_stock_bug"
-EXPECTATIONS = ("all-pass", "stock-bugs")
+EXPECTATIONS = ("all-pass", "stock-bugs", "none")
 _FAILED = {"failed", "error", "collection-error", "xpassed", "not-run"}
 _OK = {"passed", "skipped", "xfailed"}
 
@@ -70,7 +70,7 @@ def judge(results: list[CaseResult], expectation: str) -> Verdict:
         ]
         if not any(r.outcome == "passed" for r in results):
             problems.append("no test passed")
-    else:
+    elif expectation == "stock-bugs":
         if not marked:
             problems.append(f"no test is marked {STOCK_MARKER}; the stock run proves nothing")
         for r in results:

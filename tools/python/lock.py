@@ -6,7 +6,8 @@ pip resolves `<name>.in` (with its dependencies) and `<name>.nodeps.in` (without
 machine's interpreter and platform, using the machine's pip configuration (index mirrors,
 find-links such as the local CPU torch wheel). The lock keeps exactly one wheel per package:
 its sha256 (so `pip --require-hashes` accepts it) and its URL (so Bazel's downloader, and with
-it `--repository_cache`, can fetch it offline).
+it `--repository_cache`, can fetch it offline). Lines of `<name>.in` that start with
+`# lock-header:` are copied into the lock's header (e.g. why a pin departs from upstream's).
 """
 
 from __future__ import annotations
@@ -24,8 +25,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+HEADER_NOTE = "# lock-header:"
+
+
 class LockError(Exception):
     pass
+
+
+def header_notes(source: Path) -> str:
+    """The `# lock-header:` lines of an .in file, as lock header comment lines."""
+    notes = [line[len(HEADER_NOTE):].strip() for line in source.read_text().splitlines() if line.startswith(HEADER_NOTE)]
+    return "".join(f"# {note}\n" for note in notes)
 
 
 @dataclass(frozen=True)
@@ -107,6 +117,7 @@ def lock(python: str, directory: Path, name: str) -> Path:
         + (f" and {name}.nodeps.in" if nodeps.is_file() else "")
         + "; do not edit.\n# One wheel per package for CPython 3.11 on linux x86_64: url, then a"
         " pip --require-hashes line.\n"
+        + header_notes(source)
     )
     body = "".join(wheels[key].render() for key in sorted(wheels))
     tmp = out.with_suffix(".lock.tmp")

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent.parent
-LOCKS = ("tools", "sglang_cpu")
+LOCKS = ("tools", "sglang_cpu", "sglang_cpu_0_5_23")
+CPU_LOCKS = ("sglang_cpu", "sglang_cpu_0_5_23")
 ENTRY = re.compile(r"^# url: (?P<url>\S+)\n(?P<name>[a-z0-9][a-z0-9._-]*)==(?P<version>\S+) --hash=sha256:(?P<sha>[0-9a-f]{64})$", re.M)
 
 
@@ -52,7 +53,15 @@ def test_in_file_pins_are_what_the_lock_holds(lock: str) -> None:
                 )
 
 
-def test_sglang_cpu_has_no_cuda_packages() -> None:
-    cuda = [n for n in _entries("sglang_cpu") if n.startswith(("nvidia-", "cuda-", "flashinfer", "sgl-kernel", "sglang-kernel"))]
-    assert not cuda, f"sglang_cpu.lock must stay CPU-only, found {cuda}"
-    assert _entries("sglang_cpu")["torch"]["version"].endswith("+cpu")
+@pytest.mark.parametrize("lock", CPU_LOCKS)
+def test_sglang_cpu_has_no_cuda_packages(lock: str) -> None:
+    cuda = [n for n in _entries(lock) if n.startswith(("nvidia-", "cuda-", "flashinfer", "sgl-kernel", "sglang-kernel"))]
+    assert not cuda, f"{lock}.lock must stay CPU-only, found {cuda}"
+    assert _entries(lock)["torch"]["version"].endswith("+cpu")
+
+
+def test_a_torch_that_departs_from_sglang_s_pin_says_so_in_the_header() -> None:
+    # sglang 0.5.23 pins torch==2.14.1; only 2.13.0+cpu can be had here.
+    text = (HERE / "sglang_cpu_0_5_23.lock").read_text()
+    header = text[: text.index("# url: ")]
+    assert "torch is 2.13.0+cpu although sglang 0.5.23 pins torch==2.14.1" in header

@@ -14,6 +14,14 @@ import sys
 import pytest
 
 
+def _crash_message(report) -> str:
+    """The one line pytest puts after `E` first (e.g. "AssertionError: ..."), kept short."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr)
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
 class _Recorder:
     """Pytest plugin: one entry per test node with its markers and final outcome."""
 
@@ -41,6 +49,8 @@ class _Recorder:
             entry["outcome"] = "error"  # setup/teardown failure
         elif report.skipped and entry["outcome"] == "not-run":
             entry["outcome"] = "skipped"
+        if report.failed and "message" not in entry:
+            entry["message"] = _crash_message(report)
 
     def pytest_collectreport(self, report) -> None:
         if report.failed:
@@ -48,6 +58,7 @@ class _Recorder:
                 "nodeid": report.nodeid,
                 "markers": [],
                 "outcome": "collection-error",
+                "message": _crash_message(report),
             }
 
 

@@ -31,7 +31,7 @@ def test_all_pass_rejects_a_skipped_stock_bug_test() -> None:
 
 
 def test_empty_run_is_an_error() -> None:
-    for expectation in ("all-pass", "stock-bugs"):
+    for expectation in ("all-pass", "stock-bugs", "none"):
         with pytest.raises(SuiteError, match="no tests were collected"):
             judge([], expectation)
 
@@ -60,3 +60,11 @@ def test_stock_rejects_an_unmarked_failure() -> None:
 def test_stock_rejects_a_suite_without_markers() -> None:
     with pytest.raises(SuiteError, match="proves nothing"):
         judge([r("a", "passed")], "stock-bugs")
+
+
+def test_none_records_any_outcome_without_judging() -> None:
+    results = [r("a", "passed", MARK), r("b", "failed", MARK), r("c", "failed"), r("d", "collection-error")]
+    verdict = judge(results, "none")
+    assert verdict.total == 4 and verdict.counts == {"passed": 1, "failed": 2, "collection-error": 1}
+    with pytest.raises(SuiteError, match="no tests were collected"):
+        judge([], "none")

@@ -1,0 +1,63 @@
+"""Implementation of patch_bump_check (public API: //tools/patches:defs.bzl)."""
+
+load("//tools/podman:defs.bzl", "image_files")
+load("//tools/patches:repositories.bzl", "sglang_source_repository_name")
+
+def _json_file_impl(ctx):
+    out = ctx.actions.declare_file(ctx.label.name + ".json")
+    ctx.actions.write(out, ctx.attr.content)
+    return [DefaultInfo(files = depset([out]), runfiles = ctx.runfiles(files = [out]))]
+
+_json_file = rule(
+    implementation = _json_file_impl,
+    doc = "Writes `content` (a JSON document) to <name>.json.",
+    attrs = {"content": attr.string(mandatory = True)},
+)
+
+def patch_bump_check(name, candidates, series, series_files, tests, patch_tests, **kwargs):
+    """`bazel run :<name> -- --to VERSION`: the series on a candidate release (see bump_main.py).
+
+    Args:
+      name: target name.
+      candidates: the candidate table (patches/candidates.bzl): version -> {wheel, url, sha256,
+        cpu_base (image label or None), ...}; each has a source repository @sglang_src_<v>.
+      series: leaf series names to check (each with its ancestors), e.g. ["v3"].
+      series_files: a filegroup of every series.json and .diff the series need.
+      tests: filegroups holding every file of the series' tests (conftests, helpers too).
+      patch_tests: "<series>/<patch file>" -> the test files (package-relative) whose
+        detects_stock_bug tests decide whether that patch is still needed.
+      **kwargs: passed to the py_binary (visibility, tags).
+    """
+    config = name + "_config"
+    _json_file(
+        name = config,
+        content = json.encode({"candidates": candidates, "patch_tests": patch_tests}),
+    )
+    data = [":" + config, series_files] + tests
+    args = ["--config", "$(rootpath :%s)" % config, "--patches-dir", native.package_name()]
+    for s in series:
+        args += ["--series", s]
+    for version in sorted(candidates):
+        repo = "@" + sglang_source_repository_name(version)
+        marker = repo + "//:sglang/__init__.py"
+        data += [repo + "//:tree", marker]
+        args += ["--tree", "%s=$(rootpath %s)" % (version, marker)]
+        if candidates[version].get("cpu_base"):
+            files = "%s_%s_cpu_base" % (name, version.replace(".", "_"))
+            image_files(name = files, image = candidates[version]["cpu_base"])
+            data.append(":" + files)
+            args += ["--cpu-base", "%s=$(rootpath :%s)" % (version, files)]
+    args += ["--test-files"] + ["$(rootpaths %s)" % t for t in tests]
+    native.py_binary(
+        name = name,
+        srcs = ["//tools/patches/private:bump_check.py"],
+        main = "//tools/patches/private:bump_check.py",
+        python_version = "PY3",
+        deps = [
+            "//tools/patches/private:patchchain",
+            "//tools/podman:run_in_image_lib",
+        ],
+        data = data,
+        args = args,
+        **kwargs
+    )
