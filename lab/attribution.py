@@ -24,6 +24,7 @@ SLOW_MS = 20.0  # probes slower than this are attributed (issue 12's mixed-traff
 LOOP_THREAD = "MainThread"
 _THREAD_FRAME = re.compile(r"^thread \((?P<tid>\w+)\): (?P<name>.*)$")
 _PACKAGE_DIR = re.compile(r".*/(?:site|dist)-packages/")
+_BEHIND = re.compile(r"([\d.]+)s behind in sampling")
 # Innermost stdlib frames that wait rather than run. py-spy's idle detection does not catch
 # every timed wait (a Condition.wait with a timeout shows as running), so these are dropped.
 # Runner.run innermost is the loop thread inside the event loop's C code (uvloop): polling, or
@@ -185,3 +186,12 @@ def summary(slow: list[SlowProbe], top: int = 6) -> dict:
         "slowest": [{"ms": p.ms, "start": p.start, "loop_ms": p.loop_ms, "shares": [asdict(s) for s in p.shares[:6]]}
                     for p in worst],
     }
+
+
+def sampler_behind_s(log: Path) -> float:
+    """The largest lag py-spy reported (it reports lags over 1 s): a loaded machine thins samples."""
+    try:
+        text = log.read_text(errors="replace")
+    except FileNotFoundError:
+        raise ResultsError(f"{log}: missing py-spy log") from None
+    return max((float(m.group(1)) for m in _BEHIND.finditer(text)), default=0.0)

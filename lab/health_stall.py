@@ -6,8 +6,8 @@ For each arm (an image label: stock = the 0.5.19 CPU base, upstream = the 0.5.23
 v3 = //recipes:glm53_v3) one podman container with no network runs
 lab/in_container/session.py: the real `python3 -m sglang.launch_server` with a fake scheduler
 plugin, a /health prober process (every 10 ms by default), py-spy sampling the server, and a
-client sending seeded synthetic requests one at a time, then a flood of new multi-MB
-conversations, then a mixed-traffic phase (tool chats, small chats, image chats and large
+client sending seeded synthetic requests one at a time, optionally a flood of new multi-MB
+conversations (--flood-minutes), then a mixed-traffic phase (tool chats, small chats, image chats and large
 image requests at once) on the vision server with the inline multimodal processor. A first
 short container trains the tiny model directories every arm then mounts read-only.
 
@@ -16,7 +16,7 @@ health-stall.png, flood.json / flood.png, mixed.json / mixed.png, dispatch.json,
 attribution.json (the code that ran during every probe over 20 ms), run.json (images,
 commands, clean-up facts) and arms/<arm>/ (raw probes, profiles, logs).
 
---quick: the ~4.7 MB chat and the 5 MB /generate, no flood, no mixed phase (a few minutes).
+--quick: the ~4.7 MB chat and the 5 MB /generate, no mixed phase (a few minutes).
 --check: exit 1 unless the quick rule holds (v3 worst < 250 ms, stock worst > 1,000 ms,
 identical prompt_tokens). --same-image runs the stock image in the v3 arm too, to see the
 check fail.
@@ -186,7 +186,8 @@ def attribute_arm(arm_dir: Path) -> dict:
             slow = attribution.attribute(probes, [])
         else:
             slow = attribution.attribute(probes, attribution.load_trace(arm_dir / profile["file"], profile["launched"]))
-        out[probe_file] = attribution.summary(slow) | {"profiled": profile is not None}
+        behind = attribution.sampler_behind_s(arm_dir / profile["log"]) if profile else None
+        out[probe_file] = attribution.summary(slow) | {"profiled": profile is not None, "sampler_behind_max_s": behind}
     return out
 
 
@@ -253,11 +254,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--arms", help="comma-separated arms to run, in order (default: every arm with an image)")
     parser.add_argument("--interval-ms", type=float, default=10.0, help="probe period (default: 10; 200 is the old mode)")
     parser.add_argument("--requests", nargs="+", help=f"override the request list (default full: {FULL_REQUESTS})")
-    parser.add_argument("--flood-minutes", type=float, default=None, help="flood length (default: 0 quick, 2 full)")
+    parser.add_argument("--flood-minutes", type=float, default=0.0, help="flood of new conversations (default: 0, off)")
     parser.add_argument("--mixed-minutes", type=float, default=None, help="mixed-traffic length (default: 0 quick, 4 full)")
     parser.add_argument("--no-profile", action="store_true", help="no py-spy sampling (no attribution)")
     parser.add_argument("--py-spy", type=Path, help="py-spy binary (default: the locked wheel in the runfiles)")
-    parser.add_argument("--profile-rate-hz", type=int, default=200, help="py-spy samples per second")
+    parser.add_argument("--profile-rate-hz", type=int, default=100, help="py-spy samples per second (default: 100)")
     parser.add_argument("--flood-rps", type=float, default=0.5)
     parser.add_argument("--flood-bytes", type=int, default=3_000_000)
     parser.add_argument("--check", action="store_true", help="exit 1 unless the quick rule holds")
@@ -267,8 +268,6 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--cache", type=Path, default=default_cache_root(), help="podman storage (default: %(default)s)")
     parser.add_argument("--arm-timeout-s", type=float, default=None, help="bound on one arm's container")
     args = parser.parse_args(argv)
-    if args.flood_minutes is None:
-        args.flood_minutes = 0.0 if args.quick else 2.0
     if args.mixed_minutes is None:
         args.mixed_minutes = 0.0 if args.quick else 4.0
     requests = args.requests or (list(checks.QUICK_REQUESTS) if args.quick else FULL_REQUESTS)
@@ -308,13 +307,13 @@ def main(argv: list[str]) -> int:
                                   "layout": str(images[arm].layout)}
         print(f"health_stall: images loaded ({time.monotonic() - started:.0f} s); output in {out}", flush=True)
 
-        # Made once, in the first arm's image (each has `tokenizers`), and mounted read-only in every arm.
+        # Made once, in the stock image if it runs (each image has `tokenizers`), mounted read-only in every arm.
         models = out / "models"
         if not (models / "vision" / "processor_config.json").is_file():
             shutil.rmtree(models, ignore_errors=True)
             models.mkdir(parents=True)
             code_model = lab.run_container(
-                image_ids[arms[0]], "models",
+                image_ids[BASELINE if BASELINE in arms else arms[0]], "models",
                 ["python3", f"{LAB_DIR}/model_dir.py", "--text", f"{OUT_DIR}/text", "--vision", f"{OUT_DIR}/vision"],
                 [Mount(lab_files, LAB_DIR), Mount(models, OUT_DIR, read_only=False)], 300.0, out / "models.log")
             if code_model != 0:

@@ -92,7 +92,9 @@ def attribution_section(attributed: dict[str, dict[str, dict]], top: int = 3) ->
             if not s.get("profiled", True):
                 lines.append(head + "; not profiled.")
                 continue
-            lines.append(head + f" ({_ms(s['slow_probe_ms'])} in all; the loop thread ran {_ms(s['loop_ran_ms'])} of it).")
+            lag = s.get("sampler_behind_max_s") or 0.0
+            lines.append(head + f" ({_ms(s['slow_probe_ms'])} in all; the loop thread ran Python code for"
+                         f" {_ms(s['loop_ran_ms'])} of it" + (f"; py-spy fell up to {lag:.1f} s behind" if lag else "") + ").")
             for c in s["loop_culprits"][:top]:
                 lines.append(f"  * loop: {_ms(c['ms'])} over {c['probes']} probes in `{c['frame']}`"
                              + (f" (from `{c['sglang_frame']}`)" if c["sglang_frame"] and c["sglang_frame"] != c["frame"] else ""))

@@ -28,7 +28,7 @@ class Planned:
 class MixedShape:
     minutes: float = 4.0
     tool_every_s: float = 1.0
-    tool_bytes: int = 400_000
+    tool_bytes: int = 200_000
     small_every_s: float = 0.5
     image_chat_every_s: float = 1.5
     # Fractions of the phase at which a large image request goes out, alternating 9 MP / 48 MP.

@@ -491,7 +491,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--flood-bytes", type=int, default=3_000_000)
     parser.add_argument("--mixed-minutes", type=float, default=0.0, help="mixed-traffic phase length (0: none)")
     parser.add_argument("--py-spy", type=Path, help="py-spy binary: sample the server to attribute slow probes")
-    parser.add_argument("--profile-rate-hz", type=int, default=200, help="py-spy samples per second")
+    parser.add_argument("--profile-rate-hz", type=int, default=100, help="py-spy samples per second")
     parser.add_argument("--server-arg", action="append", default=[], help="extra launch_server argument")
     args = parser.parse_args(argv)
 

@@ -65,6 +65,7 @@ def test_slow_probes_get_the_code_that_ran_during_them(tmp_path: Path):
     assert s["other_thread_culprits"][0]["thread"] == "preprocess"
     text = report.attribution_section({"v3": {"probes.jsonl": s | {"profiled": True}}})
     assert "2 probes over 20 ms" in text and "loop: 60 ms over 1 probes in `TokenizersBackend._encode_plus" in text
+    assert "behind" not in text
 
 
 def test_a_missing_or_cut_profile_is_an_error(tmp_path: Path):
@@ -73,3 +74,12 @@ def test_a_missing_or_cut_profile_is_an_error(tmp_path: Path):
     (tmp_path / "cut.json").write_text('[{"ph": "B"')
     with pytest.raises(ResultsError, match="not JSON"):
         attribution.load_trace(tmp_path / "cut.json", 0.0)
+
+
+def test_sampler_lag_is_read_from_the_py_spy_log(tmp_path: Path):
+    log = tmp_path / "server.pyspy.log"
+    log.write_text("py-spy> Sampling process 100 times a second.\npy-spy> 1.70s behind in sampling, results\n"
+                   "py-spy> 12.25s behind in sampling, results may be inaccurate\n")
+    assert attribution.sampler_behind_s(log) == 12.25
+    log.write_text("py-spy> Sampling process 100 times a second.\n")
+    assert attribution.sampler_behind_s(log) == 0.0
