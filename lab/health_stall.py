@@ -43,8 +43,7 @@ from tools.podman.spec import Mount, default_cache_root
 
 IN_CONTAINER = Path(__file__).resolve().parent / "in_container"
 BASELINE = "stock"  # the arm whose prompts the others are compared with
-FULL_REQUESTS = ["chat_4.7MB", "generate_5MB", "chat_1MB", "small_chat_during_5MB",
-                 "multimodal_64x9MP", "multimodal_16x48MP"]
+FULL_REQUESTS = ["chat_4.7MB", "generate_5MB", "small_chat_during_5MB", "multimodal_64x9MP", "multimodal_16x48MP"]
 LAB_DIR, MODEL_DIR, VISION_MODEL_DIR, OUT_DIR = "/lab", "/model", "/vision-model", "/out"
 TOOLS_DIR = "/lab-tools"
 # Probe files and the server whose profile covers them.
@@ -255,7 +254,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--interval-ms", type=float, default=10.0, help="probe period (default: 10; 200 is the old mode)")
     parser.add_argument("--requests", nargs="+", help=f"override the request list (default full: {FULL_REQUESTS})")
     parser.add_argument("--flood-minutes", type=float, default=0.0, help="flood of new conversations (default: 0, off)")
-    parser.add_argument("--mixed-minutes", type=float, default=None, help="mixed-traffic length (default: 0 quick, 4 full)")
+    parser.add_argument("--mixed-minutes", type=float, default=None, help="mixed-traffic length (default: 0 quick, 3 full)")
     parser.add_argument("--no-profile", action="store_true", help="no py-spy sampling (no attribution)")
     parser.add_argument("--py-spy", type=Path, help="py-spy binary (default: the locked wheel in the runfiles)")
     parser.add_argument("--profile-rate-hz", type=int, default=100, help="py-spy samples per second (default: 100)")
@@ -269,7 +268,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--arm-timeout-s", type=float, default=None, help="bound on one arm's container")
     args = parser.parse_args(argv)
     if args.mixed_minutes is None:
-        args.mixed_minutes = 0.0 if args.quick else 4.0
+        args.mixed_minutes = 0.0 if args.quick else 3.0
     requests = args.requests or (list(checks.QUICK_REQUESTS) if args.quick else FULL_REQUESTS)
     arm_timeout = args.arm_timeout_s or (
         600.0 + 120.0 * len(requests) + 60.0 * args.flood_minutes * 1.5 + 60.0 * args.mixed_minutes * 2 + 240.0)

@@ -26,7 +26,7 @@ class Planned:
 
 @dataclass(frozen=True)
 class MixedShape:
-    minutes: float = 4.0
+    minutes: float = 3.0
     tool_every_s: float = 1.0
     tool_bytes: int = 200_000
     small_every_s: float = 0.5
