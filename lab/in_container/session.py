@@ -345,8 +345,9 @@ def send_open_loop(port: int, plan: list["mixed_plan.Planned"], timeout_s: float
         thread = threading.Thread(target=worker, args=(index,), daemon=True)
         thread.start()
         threads.append(thread)
-    for thread in threads:
-        thread.join(timeout=max(1.0, timeout_s - (time.monotonic() - start)) + 5)
+    for item, thread in zip(plan, threads):
+        # each request's own bound: its send offset plus the HTTP timeout (send() gives up then)
+        thread.join(timeout=max(0.0, start + item.at + timeout_s + 5 - time.monotonic()))
     end = time.monotonic()
     records = [asdict(r) if r else {"name": plan[i].request.name, "kind": plan[i].kind, "error": "still running"}
                for i, r in enumerate(results)]
