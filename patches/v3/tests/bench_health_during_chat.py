@@ -2,10 +2,13 @@
 
 Drives the real FastAPI app through httpx.ASGITransport: one POST /v1/chat/completions whose
 conversion (real chat template + real tokenizer, the toy tokenizer from conftest.py) runs while
-/health is probed every --interval seconds. Generation is replaced by returning the token count.
-Prints the worst probe delay; on stock 0.5.19 it is the whole conversion time.
+/health is probed every --interval seconds (default 10 ms) and, with --small-chats N, N small
+chats (~1 KB) are sent one after another. Generation is replaced by returning the token count,
+so a small chat's response time is its conversion plus dispatch delay. Prints the worst probe
+delay and the worst small-chat delay; on stock 0.5.19 both are the whole conversion time.
 
-  PYTHONPATH=<tree>:<torchvision shim> python bench_health_during_chat.py --megabytes 5
+  PYTHONPATH=<tree>:<torchvision shim> python bench_health_during_chat.py --megabytes 5 \
+      --small-chats 20
 
 Not collected by pytest (no test_ prefix); the numbers it printed are quoted in the patch header.
 """
@@ -31,54 +34,51 @@ class Result:
     probes: int
     worst_delay: float
     slow_probes: List[str]
+    small_chat_delays: List[float]
 
 
 def _build_app(megabytes: float):
     # Imported here so --help works without sglang on the path.
     from sglang.srt.entrypoints import http_server
     from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
-    from sglang.srt.managers.tokenizer_manager import ServerStatus, TokenizerManager
+    from sglang.srt.managers.tokenizer_manager import ServerStatus
     from sglang.srt.parser.template_manager import TemplateManager
 
-    from conftest import _train_tiny_tokenizer
+    from conftest import _train_tiny_tokenizer, new_tokenizer_manager
 
     class CountingChat(OpenAIServingChat):
         async def _handle_non_streaming_request(self, adapted_request, request, raw_request):
             return {"tokens": len(adapted_request.input_ids)}
 
-    tm = object.__new__(TokenizerManager)
-    tm.tokenizer = _train_tiny_tokenizer()
-    tm.async_dynamic_batch_tokenizer = None
-    tm.server_args = SimpleNamespace(
-        default_chat_template_kwargs=None,
-        revision=None,
-        tokenizer_metrics_allowed_custom_labels=None,
-        context_length=None,
-        allow_auto_truncate=False,
-    )
-    tm.model_config = SimpleNamespace(
-        is_embedding_gemma=False,
-        is_multimodal=False,
-        model_path="tiny",
-        get_default_sampling_params=lambda: {},
-        hf_config=SimpleNamespace(
-            model_type="llama", architectures=["LlamaForCausalLM"], to_dict=lambda: {}
-        ),
-    )
-    tm.model_path = "tiny"
-    tm.config_value = lambda key: None
-    tm.request_logger = SimpleNamespace(log_requests=False, log_requests_level=0)
+    tm = new_tokenizer_manager(_train_tiny_tokenizer())
+    tm.model_config.context_len = 1 << 30
     tm.gracefully_exit = False
     tm.server_status = ServerStatus.Up
-    if hasattr(tm, "init_request_preprocessing"):
-        tm.init_request_preprocessing()
     http_server._global_state = SimpleNamespace(tokenizer_manager=tm)
     http_server.app.state.openai_serving_chat = CountingChat(tm, TemplateManager())
     content = SENTENCE * int(megabytes * 1e6 / len(SENTENCE))
     return http_server.app, content
 
 
-async def _measure(app, content: str, interval: float) -> Result:
+async def _small_chats(client, count: int, big_chat, start_after: float) -> List[float]:
+    """Small chats sent one after another while the big one converts; each one's delay."""
+    delays: List[float] = []
+    await asyncio.sleep(start_after)  # the big conversion goes first
+    content = SENTENCE * 20  # ~0.9 KB
+    for _ in range(count):
+        if big_chat.done():
+            break
+        sent = time.monotonic()
+        response = await client.post(
+            "/v1/chat/completions",
+            json={"model": "tiny", "messages": [{"role": "user", "content": content}]},
+        )
+        response.raise_for_status()
+        delays.append(time.monotonic() - sent)
+    return delays
+
+
+async def _measure(app, content: str, interval: float, small_chats: int) -> Result:
     import httpx
 
     transport = httpx.ASGITransport(app=app)
@@ -90,6 +90,7 @@ async def _measure(app, content: str, interval: float) -> Result:
                 json={"model": "tiny", "messages": [{"role": "user", "content": content}]},
             )
         )
+        smalls = asyncio.create_task(_small_chats(c, small_chats, chat, interval))
         worst, probes, slow = 0.0, 0, []
         while not chat.done():
             sent = time.monotonic()
@@ -99,8 +100,8 @@ async def _measure(app, content: str, interval: float) -> Result:
             assert health.status_code == 200, health.text
             probes += 1
             worst = max(worst, delay)
-            if delay > 0.2:
-                slow.append(f"+{sent - start:.2f}s: {delay:.2f}s")
+            if delay > 0.02:
+                slow.append(f"+{sent - start:.2f}s: {delay * 1e3:.0f} ms")
         response = await chat
         response.raise_for_status()
         return Result(
@@ -110,24 +111,35 @@ async def _measure(app, content: str, interval: float) -> Result:
             probes=probes,
             worst_delay=worst,
             slow_probes=slow,
+            small_chat_delays=await smalls,
         )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--megabytes", type=float, default=5.0, help="chat message size")
-    parser.add_argument("--interval", type=float, default=0.05, help="seconds between probes")
+    parser.add_argument("--interval", type=float, default=0.01, help="seconds between probes")
+    parser.add_argument(
+        "--small-chats", type=int, default=0, help="small chats to send during the big one"
+    )
     args = parser.parse_args()
     # /health without the generate round trip: there is no scheduler here.
     os.environ["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] = "false"
     app, content = _build_app(args.megabytes)
-    result = asyncio.run(_measure(app, content, args.interval))
+    result = asyncio.run(_measure(app, content, args.interval, args.small_chats))
     print(
         f"{result.body_bytes / 1e6:.1f} MB chat, {result.tokens} tokens, "
-        f"{result.seconds:.2f}s; {result.probes} /health probes, "
-        f"worst delay {result.worst_delay:.2f}s"
+        f"{result.seconds:.2f}s; {result.probes} /health probes every "
+        f"{args.interval * 1e3:.0f} ms, worst delay {result.worst_delay * 1e3:.0f} ms"
     )
-    for line in result.slow_probes:
+    if result.small_chat_delays:
+        delays = sorted(result.small_chat_delays)
+        print(
+            f"{len(delays)} small chats during it: median delay "
+            f"{delays[len(delays) // 2] * 1e3:.0f} ms, worst {delays[-1] * 1e3:.0f} ms"
+        )
+    print(f"{len(result.slow_probes)} probes over 20 ms")
+    for line in result.slow_probes[:20]:
         print(f"  slow probe at {line}")
 
 

@@ -5,8 +5,13 @@ The tests import `sglang` from sys.path, so the same suite runs against a patche
 or a running scheduler: real sglang classes are built with `object.__new__` and given only the
 attributes the method under test reads.
 
-Tests marked `detects_stock_bug` must fail on stock 0.5.19 (where preprocessing and the shm copy
-run on the event loop) and pass once the patches are applied; every other test passes on both.
+Markers: `detects_stock_bug` tests fail on stock 0.5.19 (where preprocessing and the shm copy
+run on the event loop); `detects_previous_v3` tests fail on the first v3 patches (commit dcb8d7f:
+a tokenizer shared by the loop and the worker, one FIFO lane, shielded shm copies); both pass
+with the current patches; every other test passes on all three trees. `timing` tests measure
+time and run in their own (retried) target; every other test is deterministic: where it checks
+that the loop kept running while X ran off the loop, X waits on an event only the loop sets, so
+inline execution fails every time.
 """
 
 from __future__ import annotations
@@ -22,10 +27,9 @@ from typing import Any, Callable, Iterator, List, Optional
 
 import pytest
 
-# Long enough to expose a blocked loop, short enough to keep the suite fast; every blocking
-# stand-in also has a hard upper bound so a regression fails instead of hanging.
-HOLD_SECONDS = 0.5
-TICK_SECONDS = 0.01
+# The hard limit of a blocking stand-in: only reached when the code under test ran it inline
+# on the loop (so the loop could not release it); a regression then fails instead of hanging.
+HOLD_SECONDS = 5.0
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -33,6 +37,14 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "detects_stock_bug: fails on stock sglang 0.5.19 (work done on the event loop); "
         "passes with the v3 off-loop patches",
+    )
+    config.addinivalue_line(
+        "markers",
+        "detects_previous_v3: fails on the first v3 off-loop patches (dcb8d7f); passes with "
+        "the current ones",
+    )
+    config.addinivalue_line(
+        "markers", "timing: measures time; runs in a separate target with a retry budget"
     )
 
 
@@ -45,8 +57,10 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 @dataclass
 class Hold:
-    """A blocking call stand-in: it records where it ran, then blocks until released or until
-    `seconds` have passed (so a test against a loop-blocking tree still terminates)."""
+    """A blocking call stand-in: it records where it ran, then blocks until `released` is set or
+    `seconds` have passed. A test sets `released` from a loop task, so a call that runs on the
+    event loop is never released by it: it times out (`released_by_loop` is False) every time.
+    Deep copies share the hold (a copied tokenizer keeps its instrumentation)."""
 
     seconds: float = HOLD_SECONDS
     started: threading.Event = field(default_factory=threading.Event)
@@ -54,58 +68,34 @@ class Hold:
     threads: List[str] = field(default_factory=list)
     started_at: Optional[float] = None
     ended_at: Optional[float] = None
+    released_by_loop: Optional[bool] = None
 
     def __call__(self) -> None:
         self.threads.append(threading.current_thread().name)
         self.started_at = time.monotonic()
         self.started.set()
-        self.released.wait(self.seconds)
+        self.released_by_loop = self.released.wait(self.seconds)
         self.ended_at = time.monotonic()
 
-    async def wait_started(self, timeout: float = 5.0) -> None:
+    def __deepcopy__(self, memo: dict) -> "Hold":
+        return self
+
+    async def wait_started(self, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout
         while not self.started.is_set():
             assert time.monotonic() < deadline, "the held call never started"
             await asyncio.sleep(0.005)
 
-
-class TickRecorder:
-    """Counts event-loop ticks: a task sleeping TICK_SECONDS in a loop. A free loop records about
-    one tick per TICK_SECONDS; a blocked loop records none."""
-
-    def __init__(self) -> None:
-        self.times: List[float] = []
-        self._task: Optional[asyncio.Task] = None
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_SECONDS)
-            self.times.append(time.monotonic())
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        try:
-            await self._task
-        except asyncio.CancelledError:
-            pass
-
-    def between(self, start: Optional[float], end: Optional[float]) -> int:
-        assert start is not None and end is not None, "the held call did not run"
-        return sum(start <= t <= end for t in self.times)
+    async def release_when_started(self) -> None:
+        """From a loop task: release the call once it has started. Runs only while the loop
+        is free, i.e. only if the call is off the loop."""
+        await self.wait_started()
+        self.released.set()
 
 
 @pytest.fixture
 def hold_factory() -> Callable[..., Hold]:
     return Hold
-
-
-@pytest.fixture
-def tick_recorder() -> TickRecorder:
-    return TickRecorder()
 
 
 def _train_tiny_tokenizer() -> Any:
@@ -131,7 +121,11 @@ def _train_tiny_tokenizer() -> Any:
     )
     backend.train_from_iterator(corpus, trainer)
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+        tokenizer_object=backend,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="</s>",  # processors call the tokenizer with padding=True
     )
     tokenizer.chat_template = (
         "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</s>{% endfor %}"
@@ -145,50 +139,57 @@ def tiny_tokenizer() -> Any:
     return _train_tiny_tokenizer()
 
 
-@pytest.fixture
-def make_tokenizer_manager() -> Iterator[Callable[..., Any]]:
-    """Build bare `TokenizerManager`s: `object.__new__` plus the attributes the tested methods
-    read. The preprocessing workers are created through the patch's own init hook when the tree
-    has it (stock 0.5.19 has none, so its methods run inline on the loop)."""
+def new_tokenizer_manager(tokenizer: Any = None) -> Any:
+    """A bare `TokenizerManager`: `object.__new__` plus the attributes the tested methods read.
+    The preprocessing workers are created through the patch's own init hook when the tree has
+    it (stock 0.5.19 has none, so its methods run inline on the loop)."""
     from sglang.srt.managers.tokenizer_manager import TokenizerManager
 
+    tm = object.__new__(TokenizerManager)
+    tm.tokenizer = tokenizer
+    tm.async_dynamic_batch_tokenizer = None
+    tm.server_args = SimpleNamespace(
+        default_chat_template_kwargs=None,
+        revision=None,
+        tokenizer_metrics_allowed_custom_labels=None,
+        context_length=None,
+        allow_auto_truncate=False,
+    )
+    tm.model_config = SimpleNamespace(
+        is_embedding_gemma=False,
+        is_multimodal=False,
+        context_len=4096,
+        model_path="tiny",
+        get_default_sampling_params=lambda: {},
+        hf_config=SimpleNamespace(
+            model_type="llama",
+            architectures=["LlamaForCausalLM"],
+            to_dict=lambda: {},
+        ),
+    )
+    tm.model_path = "tiny"
+    tm.config_value = lambda key: None
+    tm.request_logger = SimpleNamespace(log_requests=False, log_requests_level=0)
+    # Dispatch-side stand-ins (used by the shm tests).
+    tm.dispatched = []
+    tm._dispatch_to_scheduler = tm.dispatched.append
+    tm.cuda_vmm_feature_transport = SimpleNamespace(
+        prepare_for_dispatch=lambda mm_inputs_batch: [],
+        cancel_for_dispatch=lambda items: None,
+    )
+    init = getattr(tm, "init_request_preprocessing", None)
+    if init is not None:
+        init()
+    return tm
+
+
+@pytest.fixture
+def make_tokenizer_manager() -> Iterator[Callable[..., Any]]:
+    """Builds `new_tokenizer_manager`s and shuts their workers down after the test."""
     built: List[Any] = []
 
     def build(tokenizer: Any = None) -> Any:
-        tm = object.__new__(TokenizerManager)
-        tm.tokenizer = tokenizer
-        tm.async_dynamic_batch_tokenizer = None
-        tm.server_args = SimpleNamespace(
-            default_chat_template_kwargs=None,
-            revision=None,
-            tokenizer_metrics_allowed_custom_labels=None,
-            context_length=None,
-            allow_auto_truncate=False,
-        )
-        tm.model_config = SimpleNamespace(
-            is_embedding_gemma=False,
-            is_multimodal=False,
-            model_path="tiny",
-            get_default_sampling_params=lambda: {},
-            hf_config=SimpleNamespace(
-                model_type="llama",
-                architectures=["LlamaForCausalLM"],
-                to_dict=lambda: {},
-            ),
-        )
-        tm.model_path = "tiny"
-        tm.config_value = lambda key: None
-        tm.request_logger = SimpleNamespace(log_requests=False, log_requests_level=0)
-        # Dispatch-side stand-ins (used by the shm tests).
-        tm.dispatched = []
-        tm._dispatch_to_scheduler = tm.dispatched.append
-        tm.cuda_vmm_feature_transport = SimpleNamespace(
-            prepare_for_dispatch=lambda mm_inputs_batch: [],
-            cancel_for_dispatch=lambda items: None,
-        )
-        init = getattr(tm, "init_request_preprocessing", None)
-        if init is not None:
-            init()
+        tm = new_tokenizer_manager(tokenizer)
         built.append(tm)
         return tm
 
