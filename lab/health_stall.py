@@ -237,12 +237,32 @@ def write_outputs(args: argparse.Namespace, out: Path, requests: list[str], arms
             mixed_windows[arm] = [("mixed traffic", record["start"], record["end"])]
         report.timeline_chart(out / "mixed.png", mixed_probes, mixed_windows,
                               f"/health during {args.mixed_minutes:g} min of mixed traffic (probe every {interval})")
+    if requests or args.mixed_minutes > 0:
+        dispatch_all = json.loads((out / "dispatch.json").read_text()) if requests else {}
+        mixed_all = json.loads((out / "mixed.json").read_text()) if args.mixed_minutes > 0 else {}
+        table = report.targets_table(summary, dispatch_all, mixed_all, arms, BASELINE) + "\n" + table
     if not args.no_profile:
         attributed = {arm: attribute_arm(arm_dirs[arm]) for arm in arms}
         (out / "attribution.json").write_text(json.dumps(attributed, indent=1) + "\n")
         table += "\n" + report.attribution_section(attributed)
     (out / "results.md").write_text(table)
     return summary
+
+
+def reshape(args: argparse.Namespace, out: Path) -> int:
+    """Re-shapes a finished run's raw data with this code (no containers): arms from run.json."""
+    run = json.loads((out / "run.json").read_text())
+    arms = tuple(run["arm_order"])
+    session = results.load_session(out / "arms" / arms[0])
+    requests = [r["name"] for r in session.get("requests", [])]
+    args.mixed_minutes = (session.get("mixed") or {}).get("minutes", 0.0)
+    flood = session.get("flood") or {}
+    args.flood_minutes = flood.get("minutes", 0.0)
+    args.flood_rps, args.flood_bytes = flood.get("rps", args.flood_rps), flood.get("body_bytes", args.flood_bytes)
+    args.no_profile = not session.get("profiles")
+    write_outputs(args, out, requests, arms)
+    print((out / "results.md").read_text())
+    return 0
 
 
 def main(argv: list[str]) -> int:
@@ -266,7 +286,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--blob", action="append", default=[], metavar="DESCRIPTOR=BLOB", help="set by bazel run")
     parser.add_argument("--cache", type=Path, default=default_cache_root(), help="podman storage (default: %(default)s)")
     parser.add_argument("--arm-timeout-s", type=float, default=None, help="bound on one arm's container")
+    parser.add_argument("--reshape", action="store_true",
+                        help="only re-shape the raw data of the finished run in --out (no containers)")
     args = parser.parse_args(argv)
+    if args.reshape:
+        if not args.out:
+            raise SystemExit("health_stall: --reshape needs --out DIR of a finished run")
+        return reshape(args, _resolve_out(args.out))
     if args.mixed_minutes is None:
         args.mixed_minutes = 0.0 if args.quick else 3.0
     requests = args.requests or (list(checks.QUICK_REQUESTS) if args.quick else FULL_REQUESTS)

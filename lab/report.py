@@ -80,6 +80,22 @@ def mixed_table(mixed: dict, baseline: str, minutes: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def targets_table(results: dict, dispatch: dict, mixed: dict, arms: tuple[str, ...], baseline: str) -> str:
+    """Issue 12's targets per arm: value and met / MISSED (not measured when a phase was off)."""
+    from lab import checks
+
+    lines = ["Targets (issue 12):", "", "| Measure | Target | " + " | ".join(arms) + " |",
+             "|---|---|" + "---|" * len(arms)]
+    per_arm = {arm: checks.target_rows(results, dispatch, mixed, arm, baseline) for arm in arms}
+    for index, (label, target, _, _) in enumerate(per_arm[arms[0]]):
+        cells = []
+        for arm in arms:
+            _, _, value, met = per_arm[arm][index]
+            cells.append(value if met is None else f"{value} ({'met' if met else 'MISSED'})")
+        lines.append(f"| {label} | {target} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def attribution_section(attributed: dict[str, dict[str, dict]], top: int = 3) -> str:
     """Per arm and probe file: how many probes were over 20 ms and the code that ran during them."""
     lines = ["Attribution of probes over 20 ms (py-spy samples of the server process during each slow probe):", ""]

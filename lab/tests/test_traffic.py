@@ -89,3 +89,24 @@ def test_dispatch_of_one_at_a_time_requests(tmp_path: Path):
 def test_missing_scheduler_log_is_an_error(tmp_path: Path):
     with pytest.raises(ResultsError, match="missing"):
         traffic.load_arrivals(tmp_path / "none.jsonl")
+
+
+def test_targets_table_marks_met_missed_and_unmeasured():
+    def stats(worst, tokens=100):
+        return {"worst_ms": worst, "p50_ms": 1.0, "p99_ms": worst, "probes": 3, "over_3s": 0, "prompt_tokens": tokens}
+
+    results = {"requests": [
+        {"name": "chat_4.7MB", "stock": stats(4000.0), "v3": stats(8.0)},
+        {"name": "generate_5MB", "stock": stats(3000.0), "v3": stats(9.0, tokens=99)},
+        {"name": "multimodal_64x9MP", "stock": stats(900.0), "v3": stats(25.0)},
+    ]}
+    dispatch = {"stock": {"small_chat_during_5MB": 4000.0}, "v3": {"small_chat_during_5MB": 12.0}}
+    mixed = {"v3": {"errors": {}, "server_log_already_borrowed": 0, "worst_ms": 15.0,
+                    "tool_prompts": {"equal": 5, "changed": 0, "unknown": 0}}}
+    table = report.targets_table(results, dispatch, mixed, ("stock", "v3"), "stock")
+    assert "| worst /health, 4.7 MB chat | <= 10 ms, prompt tokens = stock | 4,000.0 ms, prompt tokens = stock (MISSED) | 8.0 ms, prompt tokens = stock (met) |" in table
+    assert "9.0 ms, prompt tokens != stock (MISSED)" in table  # fast but a different prompt
+    assert "25.0 ms (MISSED)" in table
+    assert "| worst /health, 16 x 48 MP images | <= 20 ms | not measured | not measured |" in table
+    assert "| mixed traffic | 0 errors, 0 changed prompts, worst <= 20 ms | not measured | 0 errors" in table
+    assert "12.0 ms (met)" in table and "4,000.0 ms (MISSED)" in table
