@@ -168,7 +168,7 @@ def culprits(slow: list[SlowProbe], loop: bool, top: int = 8) -> list[Culprit]:
                 entry = totals[(share.thread, share.frame, share.sglang_frame)]
                 entry[0] += share.ms
                 entry[1] += 1
-    ranked = sorted(totals.items(), key=lambda item: (-item[1][0], item[0]))
+    ranked = sorted(totals.items(), key=lambda item: (-item[1][0], item[0][0], item[0][1], item[0][2] or ""))
     return [Culprit(thread, frame, sg, round(ms, 1), int(count)) for (thread, frame, sg), (ms, count) in ranked[:top]]
 
 
