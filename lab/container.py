@@ -75,6 +75,8 @@ class Podman:
             "--ulimit", f"nofile={NOFILE}:{NOFILE}",
             "--ulimit", f"nproc={NPROC}:{NPROC}",
             "--security-opt", "label=disable",
+            # py-spy reads the server's memory (process_vm_readv) from a sibling process.
+            "--cap-add", "SYS_PTRACE",
         ]
         for key, value in sorted(env.items()):
             args += ["--env", f"{key}={value}"]

@@ -1,18 +1,22 @@
-"""Reproduces the /health stall on CPU: the real SGLang server, stock against v3, measured.
+"""Reproduces the /health stall on CPU: the real SGLang server, one image per arm, measured.
 
-    bazel run //lab:health_stall -- [--quick] [--out DIR] [--fine] [--flood-minutes N] [--check]
+    bazel run //lab:health_stall -- [--quick] [--arms stock,upstream,v3] [--out DIR] [--interval-ms 10]
 
-For each arm (the stock CPU base image, then //recipes:glm53_v3) one podman container with no
-network runs lab/in_container/session.py: the real `python3 -m sglang.launch_server` with a
-fake scheduler plugin, a /health prober process and a client sending seeded synthetic
-requests one at a time (and, with --flood-minutes, a flood of new multi-MB conversations).
-A first short container trains the tiny model directories both arms then mount read-only.
+For each arm (an image label: stock = the 0.5.19 CPU base, upstream = the 0.5.23 CPU base,
+v3 = //recipes:glm53_v3) one podman container with no network runs
+lab/in_container/session.py: the real `python3 -m sglang.launch_server` with a fake scheduler
+plugin, a /health prober process (every 10 ms by default), py-spy sampling the server, and a
+client sending seeded synthetic requests one at a time, optionally a flood of new multi-MB
+conversations (--flood-minutes), then a mixed-traffic phase (tool chats, small chats, image chats and large
+image requests at once) on the vision server with the inline multimodal processor. A first
+short container trains the tiny model directories every arm then mounts read-only.
 
-Writes to --out: results.json ({"requests": [...]}, the agreed shape), results.md (table),
-health-stall.png (probe latency over time, both arms), flood.json / flood.png with a flood,
-run.json (images, commands, clean-up facts) and arms/<arm>/ (raw probes, logs).
+Writes to --out: results.json ({"requests": [...]}, the agreed shape), results.md (tables),
+health-stall.png, flood.json / flood.png, mixed.json / mixed.png, dispatch.json,
+attribution.json (the code that ran during every probe over 20 ms), run.json (images,
+commands, clean-up facts) and arms/<arm>/ (raw probes, profiles, logs).
 
---quick: the ~4.7 MB chat and the 5 MB /generate at 200 ms probes, no flood (a few minutes).
+--quick: the ~4.7 MB chat and the 5 MB /generate, no mixed phase (a few minutes).
 --check: exit 1 unless the quick rule holds (v3 worst < 250 ms, stock worst > 1,000 ms,
 identical prompt_tokens). --same-image runs the stock image in the v3 arm too, to see the
 check fail.
@@ -32,15 +36,19 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from lab import checks, report, results
+from lab import attribution, checks, report, results, traffic
 from lab.container import Container, ContainerError, Podman
 from tools.podman.oci_layout import LayoutError, find_layout, parse_blob_args, read_image
 from tools.podman.spec import Mount, default_cache_root
 
 IN_CONTAINER = Path(__file__).resolve().parent / "in_container"
-ARMS = ("stock", "v3")
-FULL_REQUESTS = ["chat_4.7MB", "generate_5MB", "chat_1MB", "multimodal_64_images"]
+BASELINE = "stock"  # the arm whose prompts the others are compared with
+FULL_REQUESTS = ["chat_4.7MB", "generate_5MB", "small_chat_during_5MB", "multimodal_64x9MP", "multimodal_16x48MP"]
 LAB_DIR, MODEL_DIR, VISION_MODEL_DIR, OUT_DIR = "/lab", "/model", "/vision-model", "/out"
+TOOLS_DIR = "/lab-tools"
+# Probe files and the server whose profile covers them.
+PROBE_FILES = {"probes.jsonl": "server", "flood_probes.jsonl": "server",
+               "vision_probes.jsonl": "vision-server", "mixed_probes.jsonl": "vision-server"}
 
 
 class UsageError(Exception):
@@ -75,20 +83,39 @@ def _resolve_out(value: str | None) -> Path:
 
 
 def _images(args: argparse.Namespace) -> dict[str, object]:
+    """arm -> image, in the order of --arms (default: every arm given an image, sorted)."""
     blobs = parse_blob_args(args.blob)
     given: dict[str, list[Path]] = {}
     for item in args.image:
         arm, sep, layout = item.partition("=")
-        if not sep or arm not in ARMS:
-            raise UsageError(f"--image {item!r}: expected stock=LAYOUT or v3=LAYOUT")
+        if not sep or not arm:
+            raise UsageError(f"--image {item!r}: expected ARM=LAYOUT, e.g. stock=path/to/layout")
         given.setdefault(arm, []).append(Path(layout))
-    images = {arm: read_image(find_layout(paths), blobs) for arm, paths in given.items()}
     if args.same_image:
-        images["v3"] = images["stock"]
-    missing = [arm for arm in ARMS if arm not in images]
+        if "stock" not in given:
+            raise UsageError("--same-image needs a stock image")
+        given["v3"] = given["stock"]
+    arms = [a for a in args.arms.split(",") if a] if args.arms else sorted(given)
+    missing = [arm for arm in arms if arm not in given]
     if missing:
-        raise UsageError(f"no image for arm(s) {missing}: pass --image ARM=LAYOUT (bazel run does)")
-    return images
+        raise UsageError(f"--arms {args.arms}: no image for arm(s) {missing}; images exist for {sorted(given)}"
+                         " (bazel run passes one --image ARM=LAYOUT per image of the lab_runner target)")
+    if len(set(arms)) != len(arms) or not arms:
+        raise UsageError(f"--arms {args.arms!r}: name each arm once, comma-separated")
+    return {arm: read_image(find_layout(given[arm]), blobs) for arm in arms}
+
+
+def find_py_spy(explicit: Path | None) -> Path:
+    """The py-spy binary: --py-spy, else the locked wheel's script among the runfiles' site dirs."""
+    if explicit is not None:
+        if not explicit.is_file():
+            raise UsageError(f"--py-spy {explicit}: no such file")
+        return explicit
+    for entry in sys.path:
+        for candidate in sorted(Path(entry).glob("py_spy-*.data/scripts/py-spy")) if Path(entry).is_dir() else []:
+            return candidate
+    raise UsageError("py-spy not found in the runfiles (py-spy in third_party/python/tools.in, relocked?);"
+                     " pass --py-spy PATH or --no-profile")
 
 
 class Lab:
@@ -130,49 +157,112 @@ def session_command(args: argparse.Namespace, requests: list[str]) -> list[str]:
     command = [
         "python3", f"{LAB_DIR}/session.py", "--model", MODEL_DIR, "--vision-model", VISION_MODEL_DIR,
         "--out", OUT_DIR,
-        "--interval-ms", str(10.0 if args.fine else 200.0),
+        "--interval-ms", str(args.interval_ms),
     ]
     if requests:
         command += ["--requests", *requests]
     if args.flood_minutes > 0:
         command += ["--flood-minutes", str(args.flood_minutes), "--flood-rps", str(args.flood_rps),
                     "--flood-bytes", str(args.flood_bytes)]
+    if args.mixed_minutes > 0:
+        command += ["--mixed-minutes", str(args.mixed_minutes)]
+    if not args.no_profile:
+        command += ["--py-spy", f"{TOOLS_DIR}/py-spy", "--profile-rate-hz", str(args.profile_rate_hz)]
     return command
 
 
-def write_outputs(args: argparse.Namespace, out: Path, requests: list[str]) -> dict:
-    per_arm = {arm: results.arm_request_stats(out / "arms" / arm) for arm in ARMS}
-    summary = results.combine(per_arm, ARMS) if requests else {"requests": []}
-    results.validate(summary, ARMS)
+def attribute_arm(arm_dir: Path) -> dict:
+    """probe file -> attribution summary of its probes over 20 ms (from the server's py-spy profile)."""
+    session = results.load_session(arm_dir)
+    profiles = {Path(p["file"]).name.split(".")[0]: p for p in session.get("profiles", [])}
+    out = {}
+    for probe_file, server in PROBE_FILES.items():
+        if not (arm_dir / probe_file).is_file():
+            continue
+        profile = profiles.get(server)
+        probes = results.load_probes(arm_dir / probe_file)
+        if profile is None:
+            slow = attribution.attribute(probes, [])
+        else:
+            slow = attribution.attribute(probes, attribution.load_trace(arm_dir / profile["file"], profile["launched"]))
+        behind = attribution.sampler_behind_s(arm_dir / profile["log"]) if profile else None
+        out[probe_file] = attribution.summary(slow) | {"profiled": profile is not None, "sampler_behind_max_s": behind}
+    return out
+
+
+def write_outputs(args: argparse.Namespace, out: Path, requests: list[str], arms: tuple[str, ...]) -> dict:
+    arm_dirs = {arm: out / "arms" / arm for arm in arms}
+    per_arm = {arm: results.arm_request_stats(arm_dirs[arm]) for arm in arms}
+    summary = results.combine(per_arm, arms) if requests else {"requests": []}
+    results.validate(summary, arms)
     (out / "results.json").write_text(json.dumps(summary, indent=1) + "\n")
-    table = report.markdown_table(summary, ARMS) if requests else ""
-    probes, windows = {}, {}
-    for arm in ARMS:
-        session = results.load_session(out / "arms" / arm)
-        if requests:
-            probes[arm] = results.arm_probes(out / "arms" / arm)
-            windows[arm] = [(r["name"], r["sent"], r["done"]) for r in session["requests"]]
+    table = report.markdown_table(summary, arms) if requests else ""
+    interval = f"{args.interval_ms:g} ms"
     if requests:
-        interval = "10 ms" if args.fine else "200 ms"
+        probes, windows = {}, {}
+        for arm in arms:
+            session = results.load_session(arm_dirs[arm])
+            probes[arm] = results.arm_probes(arm_dirs[arm])
+            windows[arm] = [(r["name"], r["sent"], r["done"]) for r in session["requests"]]
         report.request_chart(out / "health-stall.png", probes, windows,
-                     f"/health latency while one request at a time is preprocessed (probe every {interval})")
+                             f"/health latency while one request at a time is preprocessed (probe every {interval})")
+        dispatch = {arm: traffic.request_dispatch(arm_dirs[arm]) for arm in arms}
+        (out / "dispatch.json").write_text(json.dumps(dispatch, indent=1) + "\n")
+        table += "\n" + report.dispatch_table(dispatch, arms)
     if args.flood_minutes > 0:
         flood = {}
         flood_probes, flood_windows = {}, {}
-        for arm in ARMS:
-            session = results.load_session(out / "arms" / arm)
+        for arm in arms:
+            session = results.load_session(arm_dirs[arm])
             record = session.get("flood") or {}
             if not record:
-                raise results.ResultsError(f"{out / 'arms' / arm / 'session.json'}: no flood record")
-            flood_probes[arm] = results.load_probes(out / "arms" / arm / "flood_probes.jsonl")
+                raise results.ResultsError(f"{arm_dirs[arm] / 'session.json'}: no flood record")
+            flood_probes[arm] = results.load_probes(arm_dirs[arm] / "flood_probes.jsonl")
             flood[arm] = results.flood_stats(flood_probes[arm], record["start"], record["end"], record["requests"])
             flood_windows[arm] = [("flood", record["start"], record["end"])]
         (out / "flood.json").write_text(json.dumps({arm: asdict(s) for arm, s in flood.items()}, indent=1) + "\n")
         table += "\n" + report.flood_table(flood, args.flood_rps, args.flood_minutes, args.flood_bytes)
         report.timeline_chart(out / "flood.png", flood_probes, flood_windows,
                      f"/health during a flood of new {args.flood_bytes / 1e6:.0f} MB conversations at {args.flood_rps} rps")
+    if args.mixed_minutes > 0:
+        baseline = BASELINE if BASELINE in arms else arms[0]
+        mixed = {arm: traffic.mixed_stats(arm_dirs[arm], arm_dirs[baseline]) for arm in arms}
+        (out / "mixed.json").write_text(json.dumps({"baseline": baseline, "minutes": args.mixed_minutes,
+                                                    **{arm: asdict(m) for arm, m in mixed.items()}}, indent=1) + "\n")
+        table += "\n" + report.mixed_table(mixed, baseline, args.mixed_minutes)
+        mixed_probes, mixed_windows = {}, {}
+        for arm in arms:
+            record = results.load_session(arm_dirs[arm])["mixed"]
+            mixed_probes[arm] = results.load_probes(arm_dirs[arm] / record["probe_file"])
+            mixed_windows[arm] = [("mixed traffic", record["start"], record["end"])]
+        report.timeline_chart(out / "mixed.png", mixed_probes, mixed_windows,
+                              f"/health during {args.mixed_minutes:g} min of mixed traffic (probe every {interval})")
+    if requests or args.mixed_minutes > 0:
+        dispatch_all = json.loads((out / "dispatch.json").read_text()) if requests else {}
+        mixed_all = json.loads((out / "mixed.json").read_text()) if args.mixed_minutes > 0 else {}
+        table = report.targets_table(summary, dispatch_all, mixed_all, arms, BASELINE) + "\n" + table
+    if not args.no_profile:
+        attributed = {arm: attribute_arm(arm_dirs[arm]) for arm in arms}
+        (out / "attribution.json").write_text(json.dumps(attributed, indent=1) + "\n")
+        table += "\n" + report.attribution_section(attributed)
     (out / "results.md").write_text(table)
     return summary
+
+
+def reshape(args: argparse.Namespace, out: Path) -> int:
+    """Re-shapes a finished run's raw data with this code (no containers): arms from run.json."""
+    run = json.loads((out / "run.json").read_text())
+    arms = tuple(run["arm_order"])
+    session = results.load_session(out / "arms" / arms[0])
+    requests = [r["name"] for r in session.get("requests", [])]
+    args.mixed_minutes = (session.get("mixed") or {}).get("minutes", 0.0)
+    flood = session.get("flood") or {}
+    args.flood_minutes = flood.get("minutes", 0.0)
+    args.flood_rps, args.flood_bytes = flood.get("rps", args.flood_rps), flood.get("body_bytes", args.flood_bytes)
+    args.no_profile = not session.get("profiles")
+    write_outputs(args, out, requests, arms)
+    print((out / "results.md").read_text())
+    return 0
 
 
 def main(argv: list[str]) -> int:
@@ -180,9 +270,14 @@ def main(argv: list[str]) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="the two text requests only, no flood")
     parser.add_argument("--out", help="output directory (default: lab-out/health-stall-<UTC time>)")
-    parser.add_argument("--fine", action="store_true", help="probe every 10 ms instead of 200 ms")
+    parser.add_argument("--arms", help="comma-separated arms to run, in order (default: every arm with an image)")
+    parser.add_argument("--interval-ms", type=float, default=10.0, help="probe period (default: 10; 200 is the old mode)")
     parser.add_argument("--requests", nargs="+", help=f"override the request list (default full: {FULL_REQUESTS})")
-    parser.add_argument("--flood-minutes", type=float, default=None, help="flood length (default: 0 quick, 3 full)")
+    parser.add_argument("--flood-minutes", type=float, default=0.0, help="flood of new conversations (default: 0, off)")
+    parser.add_argument("--mixed-minutes", type=float, default=None, help="mixed-traffic length (default: 0 quick, 3 full)")
+    parser.add_argument("--no-profile", action="store_true", help="no py-spy sampling (no attribution)")
+    parser.add_argument("--py-spy", type=Path, help="py-spy binary (default: the locked wheel in the runfiles)")
+    parser.add_argument("--profile-rate-hz", type=int, default=100, help="py-spy samples per second (default: 100)")
     parser.add_argument("--flood-rps", type=float, default=0.5)
     parser.add_argument("--flood-bytes", type=int, default=3_000_000)
     parser.add_argument("--check", action="store_true", help="exit 1 unless the quick rule holds")
@@ -191,11 +286,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--blob", action="append", default=[], metavar="DESCRIPTOR=BLOB", help="set by bazel run")
     parser.add_argument("--cache", type=Path, default=default_cache_root(), help="podman storage (default: %(default)s)")
     parser.add_argument("--arm-timeout-s", type=float, default=None, help="bound on one arm's container")
+    parser.add_argument("--reshape", action="store_true",
+                        help="only re-shape the raw data of the finished run in --out (no containers)")
     args = parser.parse_args(argv)
-    if args.flood_minutes is None:
-        args.flood_minutes = 0.0 if args.quick else 3.0
+    if args.reshape:
+        if not args.out:
+            raise SystemExit("health_stall: --reshape needs --out DIR of a finished run")
+        return reshape(args, _resolve_out(args.out))
+    if args.mixed_minutes is None:
+        args.mixed_minutes = 0.0 if args.quick else 3.0
     requests = args.requests or (list(checks.QUICK_REQUESTS) if args.quick else FULL_REQUESTS)
-    arm_timeout = args.arm_timeout_s or 600.0 + 120.0 * len(requests) + 60.0 * args.flood_minutes * 1.5
+    arm_timeout = args.arm_timeout_s or (
+        600.0 + 120.0 * len(requests) + 60.0 * args.flood_minutes * 1.5 + 60.0 * args.mixed_minutes * 2 + 240.0)
 
     out = _resolve_out(args.out)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -208,6 +310,9 @@ def main(argv: list[str]) -> int:
     code = 1
     try:
         images = _images(args)
+        arms = tuple(images)
+        facts["arm_order"] = list(arms)
+        py_spy = None if args.no_profile else find_py_spy(args.py_spy)
         out.mkdir(parents=True, exist_ok=True)
         podman = Podman(args.cache)
         podman.check()
@@ -215,20 +320,25 @@ def main(argv: list[str]) -> int:
         lab = Lab(podman, out, run_label)
         staging = Path(tempfile.mkdtemp(prefix="health-stall."))
         lab_files = _stage_lab_files(staging / "lab")
+        tools = staging / "tools"
+        tools.mkdir()
+        if py_spy is not None:
+            shutil.copyfile(py_spy, tools / "py-spy")
+            (tools / "py-spy").chmod(0o755)  # extracted wheels may drop the executable bit
         image_ids = {}
-        for arm in ARMS:
+        for arm in arms:
             image_ids[arm] = podman.load(images[arm])
             facts["arms"][arm] = {"manifest": images[arm].manifest_digest, "image_id": image_ids[arm],
                                   "layout": str(images[arm].layout)}
         print(f"health_stall: images loaded ({time.monotonic() - started:.0f} s); output in {out}", flush=True)
 
-        # Made once, in the stock image (it has `tokenizers`), and mounted read-only in both arms.
+        # Made once, in the stock image if it runs (each image has `tokenizers`), mounted read-only in every arm.
         models = out / "models"
         if not (models / "vision" / "processor_config.json").is_file():
             shutil.rmtree(models, ignore_errors=True)
             models.mkdir(parents=True)
             code_model = lab.run_container(
-                image_ids["stock"], "models",
+                image_ids[BASELINE if BASELINE in arms else arms[0]], "models",
                 ["python3", f"{LAB_DIR}/model_dir.py", "--text", f"{OUT_DIR}/text", "--vision", f"{OUT_DIR}/vision"],
                 [Mount(lab_files, LAB_DIR), Mount(models, OUT_DIR, read_only=False)], 300.0, out / "models.log")
             if code_model != 0:
@@ -236,7 +346,7 @@ def main(argv: list[str]) -> int:
 
         command = session_command(args, requests)
         facts["session_command"] = command
-        for arm in ARMS:
+        for arm in arms:
             arm_dir = out / "arms" / arm
             shutil.rmtree(arm_dir, ignore_errors=True)
             arm_dir.mkdir(parents=True)
@@ -244,15 +354,15 @@ def main(argv: list[str]) -> int:
             print(f"health_stall: arm {arm}: starting {images[arm].manifest_digest[:19]}...", flush=True)
             arm_code = lab.run_container(
                 image_ids[arm], arm, command,
-                [Mount(lab_files, LAB_DIR), Mount(models / "text", MODEL_DIR), Mount(models / "vision", VISION_MODEL_DIR),
-                 Mount(arm_dir, OUT_DIR, read_only=False)],
+                [Mount(lab_files, LAB_DIR), Mount(tools, TOOLS_DIR), Mount(models / "text", MODEL_DIR),
+                 Mount(models / "vision", VISION_MODEL_DIR), Mount(arm_dir, OUT_DIR, read_only=False)],
                 arm_timeout, arm_dir / "container.log")
             facts["arms"][arm].update({"exit": arm_code, "seconds": round(time.monotonic() - t0, 1)})
             print(f"health_stall: arm {arm}: exit {arm_code} after {time.monotonic() - t0:.0f} s", flush=True)
             if arm_code != 0:
                 raise ContainerError(f"arm {arm} failed (exit {arm_code}); see {arm_dir}/container.log and server.log")
 
-        summary = write_outputs(args, out, requests)
+        summary = write_outputs(args, out, requests, arms)
         print((out / "results.md").read_text())
         code = 0
         if args.check:

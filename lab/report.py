@@ -17,22 +17,106 @@ def _ms(value: float) -> str:
     return f"{value:,.0f} ms" if value >= 10 else f"{value:.1f} ms"
 
 
-def markdown_table(results: dict, arms: tuple[str, str] = ("stock", "v3")) -> str:
-    a, b = arms
+def markdown_table(results: dict, arms: tuple[str, ...] = ("stock", "v3")) -> str:
+    """One row per request; per arm its worst probe, p50 / p99, probe count and misses."""
+    def per_arm(title: str) -> str:
+        return " | ".join(f"{title}, {arm}" for arm in arms)
+
     lines = [
-        f"| Request | Prompt tokens | Worst /health, {a} | Worst /health, {b} | p50 / p99, {a} | p50 / p99, {b}"
-        f" | Probes {a} / {b} | Probes over 3 s, {a} / {b} |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"| Request | Prompt tokens | {per_arm('Worst /health')} | {per_arm('p50 / p99')} | Probes {' / '.join(arms)}"
+        f" | Probes over 3 s, {' / '.join(arms)} |",
+        "|---|---:|" + "---:|" * (2 * len(arms) + 2),
     ]
     for entry in results["requests"]:
-        sa, sb = entry[a], entry[b]
-        tokens = f"{sa['prompt_tokens']:,}" if sa["prompt_tokens"] == sb["prompt_tokens"] else (
-            f"{sa['prompt_tokens']:,} / {sb['prompt_tokens']:,}")
+        stats = [entry[arm] for arm in arms]
+        counts = [s["prompt_tokens"] for s in stats]
+        tokens = f"{counts[0]:,}" if len(set(counts)) == 1 else " / ".join(f"{c:,}" for c in counts) + " (differ)"
         lines.append(
-            f"| {entry['name']} | {tokens} | **{_ms(sa['worst_ms'])}** | **{_ms(sb['worst_ms'])}**"
-            f" | {_ms(sa['p50_ms'])} / {_ms(sa['p99_ms'])} | {_ms(sb['p50_ms'])} / {_ms(sb['p99_ms'])}"
-            f" | {sa['probes']} / {sb['probes']} | {sa['over_3s']} / {sb['over_3s']} |"
+            f"| {entry['name']} | {tokens} | " + " | ".join(f"**{_ms(s['worst_ms'])}**" for s in stats)
+            + " | " + " | ".join(f"{_ms(s['p50_ms'])} / {_ms(s['p99_ms'])}" for s in stats)
+            + f" | {' / '.join(str(s['probes']) for s in stats)} | {' / '.join(str(s['over_3s']) for s in stats)} |"
         )
+    return "\n".join(lines) + "\n"
+
+
+def _opt_ms(value: float | None) -> str:
+    return "never arrived" if value is None else _ms(value)
+
+
+def dispatch_table(dispatch: dict[str, dict[str, float | None]], arms: tuple[str, ...]) -> str:
+    """Time from the client's send to the scheduler's receipt, per request and arm."""
+    names = list(dispatch[arms[0]])
+    lines = [
+        "Dispatch delay (client send to fake-scheduler receipt):",
+        "",
+        "| Request | " + " | ".join(arms) + " |",
+        "|---|" + "---:|" * len(arms),
+    ]
+    for name in names:
+        lines.append(f"| {name} | " + " | ".join(_opt_ms(dispatch[arm].get(name)) for arm in arms) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def mixed_table(mixed: dict, baseline: str, minutes: float) -> str:
+    """The mixed phase per arm: probes, errors by class, tool prompts against the baseline, small chats."""
+    lines = [
+        f"Mixed traffic for {minutes:g} min (tool chats, small chats, image chats, 64 x 9 MP and 16 x 48 MP"
+        f" requests at once; inline multimodal processor). Tool prompts compared with arm {baseline}.",
+        "",
+        "| Arm | Requests OK | Errors by class | 'Already borrowed' in server log | Worst / p50 / p99 /health"
+        " | Probes over 20 ms | Tool prompts equal / changed / unknown | Small-chat dispatch p50 / p99 / worst |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for arm, m in mixed.items():
+        errors = ", ".join(f"{k}: {v}" for k, v in m.errors.items()) or "none"
+        p = m.tool_prompts
+        d = m.small_chat_dispatch
+        small = f"{_ms(d.p50_ms)} / {_ms(d.p99_ms)} / {_ms(d.worst_ms)}" if d else "none arrived"
+        lines.append(
+            f"| {arm} | {m.answered_ok} / {m.requests} | {errors} | {m.server_log_already_borrowed}"
+            f" | {_ms(m.worst_ms)} / {_ms(m.p50_ms)} / {_ms(m.p99_ms)} | {m.probes_over_20ms} / {m.probes}"
+            f" | {p.equal} / {p.changed} / {p.unknown} | {small} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def targets_table(results: dict, dispatch: dict, mixed: dict, arms: tuple[str, ...], baseline: str) -> str:
+    """Issue 12's targets per arm: value and met / MISSED (not measured when a phase was off)."""
+    from lab import checks
+
+    lines = ["Targets (issue 12):", "", "| Measure | Target | " + " | ".join(arms) + " |",
+             "|---|---|" + "---|" * len(arms)]
+    per_arm = {arm: checks.target_rows(results, dispatch, mixed, arm, baseline) for arm in arms}
+    for index, (label, target, _, _) in enumerate(per_arm[arms[0]]):
+        cells = []
+        for arm in arms:
+            _, _, value, met = per_arm[arm][index]
+            cells.append(value if met is None else f"{value} ({'met' if met else 'MISSED'})")
+        lines.append(f"| {label} | {target} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def attribution_section(attributed: dict[str, dict[str, dict]], top: int = 3) -> str:
+    """Per arm and probe file: how many probes were over 20 ms and the code that ran during them."""
+    lines = ["Attribution of probes over 20 ms (py-spy samples of the server process during each slow probe):", ""]
+    for arm, files in attributed.items():
+        for probe_file, s in files.items():
+            head = f"* **{arm}**, `{probe_file}`: {s['slow_probes']} probes over {s['slow_ms']:g} ms"
+            if not s["slow_probes"]:
+                lines.append(head + ".")
+                continue
+            if not s.get("profiled", True):
+                lines.append(head + "; not profiled.")
+                continue
+            lag = s.get("sampler_behind_max_s") or 0.0
+            lines.append(head + f" ({_ms(s['slow_probe_ms'])} in all; the loop thread ran Python code for"
+                         f" {_ms(s['loop_ran_ms'])} of it" + (f"; py-spy fell up to {lag:.1f} s behind" if lag else "") + ").")
+            for c in s["loop_culprits"][:top]:
+                lines.append(f"  * loop: {_ms(c['ms'])} over {c['probes']} probes in `{c['frame']}`"
+                             + (f" (from `{c['sglang_frame']}`)" if c["sglang_frame"] and c["sglang_frame"] != c["frame"] else ""))
+            for c in s["other_thread_culprits"][:top]:
+                lines.append(f"  * {c['thread']}: {_ms(c['ms'])} over {c['probes']} probes in `{c['frame']}`"
+                             + (f" (from `{c['sglang_frame']}`)" if c["sglang_frame"] and c["sglang_frame"] != c["frame"] else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -54,7 +138,7 @@ def flood_table(flood: dict[str, FloodStats], rps: float, minutes: float, body_b
     return "\n".join(lines) + "\n"
 
 
-ARM_COLORS = {"stock": "C3", "v3": "C0"}
+ARM_COLORS = {"stock": "C3", "v3": "C0", "upstream": "C2"}
 MARGIN_S = 1.5  # quiet time shown before and after each request
 
 
@@ -85,7 +169,7 @@ def request_chart(
     top = max((p.ms for arm in arms for p in probes[arm]), default=1000.0)
     for axis, name in zip(axes[:, 0], names):
         for arm in arms:
-            color = ARM_COLORS.get(arm, "C2")
+            color = ARM_COLORS.get(arm, "C4")
             (_, sent, done), = [w for w in windows[arm] if w[0] == name]
             near = [p for p in probes[arm] if p.end >= sent - MARGIN_S and p.start <= done + MARGIN_S]
             # The same probes as the table's worst: those overlapping [sent, done].

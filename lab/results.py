@@ -94,8 +94,13 @@ def overlapping(probes: list[Probe], start: float, end: float) -> list[Probe]:
     return [p for p in probes if p.end >= start and p.start <= end]
 
 
+# A request shorter than the probe period may fall between two probes: the probes of the
+# next 50 ms then stand for it (the first probe after it saw the loop it left behind).
+SHORT_REQUEST_SLACK_S = 0.05
+
+
 def request_stats(probes: list[Probe], sent: float, done: float, prompt_tokens: int) -> ArmStats:
-    window = overlapping(probes, sent, done)
+    window = overlapping(probes, sent, done) or overlapping(probes, sent, done + SHORT_REQUEST_SLACK_S)
     if not window:
         raise ResultsError(f"no probe overlaps the request window [{sent:.3f}, {done:.3f}]")
     ms = [p.ms for p in window]

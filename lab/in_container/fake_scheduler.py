@@ -19,6 +19,7 @@ LAB_FAKE_SCHEDULER_LOG=<file> appends one JSON line per received message.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -41,6 +42,8 @@ class Received:
     rid: str | None
     received_at: float  # time.monotonic(); CLOCK_MONOTONIC is shared by the container's processes
     input_ids: int = 0
+    # sha256 of the ids as int64: the same prompt on two arms has the same digest.
+    input_sha256: str | None = None
     mm_items: int = 0
     mm_feature_bytes: int = 0
     mm_shm_items: int = 0
@@ -111,6 +114,12 @@ def _mm_summary(req) -> tuple[int, int, int]:
     return len(items), total, shm
 
 
+def ids_digest(input_ids) -> str | None:
+    if input_ids is None:
+        return None
+    return hashlib.sha256(array("q", input_ids).tobytes()).hexdigest()
+
+
 def describe(req, received_at: float) -> Received:
     from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
 
@@ -121,6 +130,7 @@ def describe(req, received_at: float) -> Received:
             rid=req.rid,
             received_at=received_at,
             input_ids=len(req.input_ids) if req.input_ids is not None else 0,
+            input_sha256=ids_digest(req.input_ids),
             mm_items=items,
             mm_feature_bytes=nbytes,
             mm_shm_items=shm,

@@ -35,14 +35,18 @@ VISION_TOKENS = {"boi_token": "<start_of_image>", "image_token": "<image_soft_to
 VISION_IMAGE_SIZE = 896
 VISION_TOKENS_PER_IMAGE = 256
 
+# Tools and tool calls are rendered as JSON, so the tools' exact shape reaches the prompt: a
+# server that retried with the tools flattened would send a different prompt.
 _CHAT_TEMPLATE = (
     "{{ bos_token }}"
+    "{% if tools %}{{ '<|system|>\\n' + (tools | tojson) + '\\n' }}{% endif %}"
     "{% for message in messages %}"
     "{{ '<|' + message['role'] + '|>\\n' }}"
     "{% if message['content'] is string %}{{ message['content'] }}"
-    "{% else %}{% for part in message['content'] %}"
+    "{% elif message['content'] %}{% for part in message['content'] %}"
     "{% if part['type'] == 'text' %}{{ part['text'] }}{% else %}IMAGE_PLACEHOLDER{% endif %}"
     "{% endfor %}{% endif %}"
+    "{% if message['tool_calls'] %}{{ message['tool_calls'] | tojson }}{% endif %}"
     "{{ '\\n' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"

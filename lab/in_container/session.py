@@ -33,6 +33,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import mixed_plan  # noqa: E402
 import workload  # noqa: E402
 
 SHM = Path("/dev/shm")
@@ -40,21 +41,34 @@ SETTLE_S = 1.0
 FLOOD_PROBE_TIMEOUT_S = 3.0
 
 
-# name -> (phase, factory). The "vision" phase runs on the vision model's server.
+# The small chat is sent this long after the 5 MB chat, while the 5 MB conversion runs.
+PAIR_DELAY_S = 0.3
+
+
+# name -> (phase, factory). The "vision" phase runs on the vision model's server; a factory
+# returns one request, or for a "pair" a (background, foreground) pair sent PAIR_DELAY_S apart.
 def _named_requests() -> dict:
     return {
         "chat_4.7MB": ("text", lambda: workload.chat("chat_4.7MB", seed=47, total_bytes=4_700_000)),
         "generate_5MB": ("text", lambda: workload.generate("generate_5MB", seed=50, total_bytes=5_000_000)),
         "chat_1MB": ("text", lambda: workload.chat("chat_1MB", seed=10, total_bytes=1_000_000)),
-        # 64 small PNGs; the Gemma3 processor makes each a 3 x 896 x 896 float32 feature, so the
-        # request carries ~617 MB of features through the dispatch-time /dev/shm copy.
+        # The dispatch delay of a small chat sent while a 5 MB chat is converted.
+        "small_chat_during_5MB": ("pair", lambda: (
+            workload.chat("chat_5MB_background", seed=55, total_bytes=5_000_000),
+            workload.small_chat("small_chat_during_5MB", seed=5))),
+        # The Gemma3 processor makes every image a 3 x 896 x 896 float32 feature (9.6 MB) whatever
+        # its source size; decoding and resizing cost grows with the source pixels.
         "multimodal_64_images": ("vision", lambda: workload.multimodal_chat(
             "multimodal_64_images", seed=64, images=64, side=64)),
+        "multimodal_64x9MP": ("vision", lambda: workload.large_images_chat("multimodal_64x9MP", 69, workload.MP9, 64)),
+        "multimodal_16x48MP": ("vision", lambda: workload.large_images_chat("multimodal_16x48MP", 48, workload.MP48, 16)),
     }
 
 
 REQUEST_NAMES = sorted(_named_requests())
-VISION_SERVER_ARGS = ["--enable-multimodal", "--image-processor-backend", "pil"]
+# One multimodal processor worker: sglang then runs the processor inline on the event loop
+# (mm_processor_executor is None), the path GPU hosts take with the fast image processor.
+VISION_SERVER_ARGS = ["--enable-multimodal", "--image-processor-backend", "pil", "--mm-processor-worker-num", "1"]
 
 
 class SessionError(Exception):
@@ -67,6 +81,7 @@ class Sent:
     path: str
     body_bytes: int
     body_sha256: str
+    kind: str = "request"
     sent: float = 0.0  # monotonic seconds
     done: float = 0.0
     status: int = 0
@@ -81,6 +96,8 @@ class Report:
     server_ready_s: list[float] = field(default_factory=list)
     requests: list[Sent] = field(default_factory=list)
     flood: dict | None = None
+    mixed: dict | None = None
+    profiles: list[dict] = field(default_factory=list)
     shm_before: list[str] = field(default_factory=list)
     shm_after: list[str] = field(default_factory=list)
     shm_removed: list[str] = field(default_factory=list)
@@ -105,8 +122,8 @@ def _post(port: int, req: "workload.Request", timeout_s: float) -> tuple[int, di
         conn.close()
 
 
-def send(port: int, req: "workload.Request", timeout_s: float) -> Sent:
-    record = Sent(req.name, req.path, len(req.body), hashlib.sha256(req.body).hexdigest())
+def send(port: int, req: "workload.Request", timeout_s: float, kind: str = "request") -> Sent:
+    record = Sent(req.name, req.path, len(req.body), hashlib.sha256(req.body).hexdigest(), kind)
     record.sent = time.monotonic()
     record.status, answer, record.error = _post(port, req, timeout_s)
     record.done = time.monotonic()
@@ -217,6 +234,41 @@ class Prober:
                 self.proc.wait(timeout=5)
 
 
+class Profiler:
+    """py-spy recording the server process's Python threads (chrometrace: a timestamp per sample).
+
+    The host lines samples up with slow probes (lab/attribution.py). Sample timestamps count
+    from py-spy's start, taken here as `launched` (CLOCK_MONOTONIC, as the probes); measured
+    against a marked spin, the offset is under one sample period plus a few ms.
+    """
+
+    def __init__(self, py_spy: Path, pid: int, rate_hz: int, out: Path) -> None:
+        self.out = out
+        self.log_path = out.with_suffix(".log")
+        self._log = self.log_path.open("ab")
+        self.launched = time.monotonic()
+        self.proc = subprocess.Popen(
+            [str(py_spy), "record", "--pid", str(pid), "--rate", str(rate_hz), "--format", "chrometrace",
+             "--threads", "--nonblocking", "--output", str(out)],
+            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+        )
+        self.record = {"file": out.name, "log": self.log_path.name, "pid": pid, "rate_hz": rate_hz,
+                       "launched": self.launched}
+
+    def stop(self) -> dict:
+        """SIGINT makes py-spy write its output; the record says whether it did."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._log.close()
+        self.record.update({"stopped": time.monotonic(), "exit": self.proc.returncode, "written": self.out.is_file()})
+        return self.record
+
+
 def _shm_entries() -> list[str]:
     try:
         return sorted(p.name for p in SHM.iterdir())
@@ -238,17 +290,31 @@ def _remove_server_shm(before: list[str], pids: set[int]) -> list[str]:
     return removed
 
 
+def send_pair(port: int, background: "workload.Request", foreground: "workload.Request",
+              timeout_s: float) -> list[Sent]:
+    """Sends `background`, then `foreground` PAIR_DELAY_S later, while the first is in flight."""
+    done: list[Sent] = []
+    thread = threading.Thread(target=lambda: done.append(send(port, background, timeout_s, "background")))
+    thread.start()
+    time.sleep(PAIR_DELAY_S)
+    small = send(port, foreground, timeout_s, "small")
+    thread.join(timeout_s + 5)
+    return [*done, small] if done else [small]
+
+
 def run_requests(port: int, names: list[str], timeout_s: float, probe_file: str) -> list[Sent]:
     factories = _named_requests()
     sent = []
     for name in names:
-        req = factories[name][1]()  # built before the quiet period, so building is not measured
+        phase, factory = factories[name]
+        made = factory()  # built before the quiet period, so building is not measured
         time.sleep(SETTLE_S)
-        record = send(port, req, timeout_s)
-        record.probe_file = probe_file
-        print(f"session: {name}: HTTP {record.status} in {record.done - record.sent:.2f} s,"
-              f" prompt_tokens={record.prompt_tokens} {record.error or ''}", flush=True)
-        sent.append(record)
+        records = send_pair(port, *made, timeout_s) if phase == "pair" else [send(port, made, timeout_s)]
+        for record in records:
+            record.probe_file = probe_file
+            print(f"session: {record.name}: HTTP {record.status} in {record.done - record.sent:.2f} s,"
+                  f" prompt_tokens={record.prompt_tokens} {record.error or ''}", flush=True)
+        sent += records
         time.sleep(SETTLE_S)
     return sent
 
@@ -259,35 +325,41 @@ def flood_bodies(minutes: float, rps: float, body_bytes: int) -> list["workload.
     return [workload.conversation(f"flood_{i}", seed=1000 + i, total_bytes=body_bytes) for i in range(count)]
 
 
-def run_flood(port: int, bodies: list["workload.Request"], minutes: float, rps: float, body_bytes: int,
-              timeout_s: float) -> dict:
-    """Sends `bodies` at a fixed rate (open loop: a slow server does not slow the sender)."""
-    count = len(bodies)
-    results: list[Sent | None] = [None] * count
+def send_open_loop(port: int, plan: list["mixed_plan.Planned"], timeout_s: float) -> tuple[float, float, list[dict]]:
+    """Sends each planned request at its offset (open loop: a slow server does not slow the sender).
+
+    Returns (start, end, one record per planned request); a request still unanswered after
+    `timeout_s` is recorded as "still running".
+    """
+    results: list[Sent | None] = [None] * len(plan)
 
     def worker(index: int) -> None:
-        results[index] = send(port, bodies[index], timeout_s)
+        results[index] = send(port, plan[index].request, timeout_s, plan[index].kind)
 
     threads = []
     start = time.monotonic()
-    for index in range(count):
-        delay = start + index / rps - time.monotonic()
+    for index, item in enumerate(plan):
+        delay = start + item.at - time.monotonic()
         if delay > 0:
             time.sleep(delay)
         thread = threading.Thread(target=worker, args=(index,), daemon=True)
         thread.start()
         threads.append(thread)
-    for thread in threads:
-        thread.join(timeout=max(1.0, timeout_s - (time.monotonic() - start)) + 5)
+    for item, thread in zip(plan, threads):
+        # each request's own bound: its send offset plus the HTTP timeout (send() gives up then)
+        thread.join(timeout=max(0.0, start + item.at + timeout_s + 5 - time.monotonic()))
     end = time.monotonic()
-    return {
-        "start": start,
-        "end": end,
-        "rps": rps,
-        "minutes": minutes,
-        "body_bytes": body_bytes,
-        "requests": [asdict(r) if r else {"name": f"flood_{i}", "error": "still running"} for i, r in enumerate(results)],
-    }
+    records = [asdict(r) if r else {"name": plan[i].request.name, "kind": plan[i].kind, "error": "still running"}
+               for i, r in enumerate(results)]
+    return start, end, records
+
+
+def run_flood(port: int, bodies: list["workload.Request"], minutes: float, rps: float, body_bytes: int,
+              timeout_s: float) -> dict:
+    """Sends `bodies` at a fixed rate."""
+    plan = [mixed_plan.Planned(index / rps, "flood", body) for index, body in enumerate(bodies)]
+    start, end, records = send_open_loop(port, plan, timeout_s)
+    return {"start": start, "end": end, "rps": rps, "minutes": minutes, "body_bytes": body_bytes, "requests": records}
 
 
 def warm_up(port: int, phase: str) -> None:
@@ -311,6 +383,7 @@ class Session:
         self.report = report
         self.server: Server | None = None
         self.prober: Prober | None = None
+        self.profiler: Profiler | None = None
         self.server_pids: set[int] = set()
 
     def start_server(self, model: Path, extra: list[str], name: str) -> None:
@@ -319,6 +392,20 @@ class Session:
         ready = self.server.wait_ready(self.args.server_timeout_s)
         self.report.server_ready_s.append(round(ready, 1))
         print(f"session: {name} ready after {ready:.1f} s", flush=True)
+
+    def start_profiler(self, name: str) -> None:
+        """Samples the HTTP server process (its event loop and worker threads), if --py-spy."""
+        if self.args.py_spy is not None and self.server is not None:
+            self.profiler = Profiler(self.args.py_spy, self.server.proc.pid, self.args.profile_rate_hz,
+                                     self.args.out / f"{name}.pyspy.json")
+
+    def stop_profiler(self) -> None:
+        if self.profiler is not None:
+            record = self.profiler.stop()
+            self.report.profiles.append(record)
+            self.profiler = None
+            if not record["written"]:
+                raise SessionError(f"py-spy wrote no {record['file']} (exit {record['exit']}); see {record['log']}")
 
     def start_prober(self, timeout_s: float, file_name: str) -> None:
         self.prober = Prober(self.args.port, self.args.interval_ms, timeout_s, self.args.out / file_name)
@@ -337,11 +424,12 @@ class Session:
     def run(self) -> None:
         args, report = self.args, self.report
         phases = {name: _named_requests()[name][0] for name in args.requests}
-        text = [name for name in args.requests if phases[name] == "text"]
+        text = [name for name in args.requests if phases[name] in ("text", "pair")]
         vision = [name for name in args.requests if phases[name] == "vision"]
         if text or args.flood_minutes > 0:
             self.start_server(args.model, [], "server")
             warm_up(args.port, "text")
+            self.start_profiler("server")
             if text:
                 self.start_prober(60.0, "probes.jsonl")
                 report.requests += run_requests(args.port, text, args.request_timeout_s, "probes.jsonl")
@@ -354,19 +442,38 @@ class Session:
                                          args.request_timeout_s)
                 time.sleep(SETTLE_S)
                 self.stop_prober()
+            self.stop_profiler()
             self.stop_server()
-        if vision:
+        if vision or args.mixed_minutes > 0:
             if args.vision_model is None:
-                raise SessionError(f"{vision} need --vision-model")
+                raise SessionError("the vision requests and the mixed phase need --vision-model")
             self.start_server(args.vision_model, VISION_SERVER_ARGS, "vision-server")
             warm_up(args.port, "vision")
-            self.start_prober(60.0, "vision_probes.jsonl")
-            report.requests += run_requests(args.port, vision, args.request_timeout_s, "vision_probes.jsonl")
-            self.stop_prober()
+            self.start_profiler("vision-server")
+            if vision:
+                self.start_prober(60.0, "vision_probes.jsonl")
+                report.requests += run_requests(args.port, vision, args.request_timeout_s, "vision_probes.jsonl")
+                self.stop_prober()
+            if args.mixed_minutes > 0:
+                plan = mixed_plan.mixed_plan(mixed_plan.MixedShape(minutes=args.mixed_minutes))  # before probing
+                self.start_prober(60.0, "mixed_probes.jsonl")
+                time.sleep(SETTLE_S)
+                start, end, records = send_open_loop(args.port, plan, args.request_timeout_s)
+                report.mixed = {"start": start, "end": end, "minutes": args.mixed_minutes,
+                                "probe_file": "mixed_probes.jsonl", "scheduler_log": "vision-server.scheduler.jsonl",
+                                "server_log": "vision-server.log", "requests": records}
+                time.sleep(SETTLE_S)
+                self.stop_prober()
+                failed = sum(1 for r in records if r.get("error"))
+                print(f"session: mixed traffic: {len(records)} requests, {failed} failed", flush=True)
+            self.stop_profiler()
             self.stop_server()
 
     def close(self) -> None:
         self.stop_prober()
+        if self.profiler is not None:
+            self.report.profiles.append(self.profiler.stop())
+            self.profiler = None
         self.stop_server()
 
 
@@ -377,12 +484,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, required=True, help="writable directory for logs and session.json")
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--requests", nargs="*", default=[], choices=REQUEST_NAMES, help="sent one at a time")
-    parser.add_argument("--interval-ms", type=float, default=200.0, help="probe period (10 for the fine mode)")
+    parser.add_argument("--interval-ms", type=float, default=10.0, help="probe period (default: 10)")
     parser.add_argument("--request-timeout-s", type=float, default=180.0)
     parser.add_argument("--server-timeout-s", type=float, default=300.0, help="bound on server start-up")
     parser.add_argument("--flood-minutes", type=float, default=0.0, help="0: no flood")
     parser.add_argument("--flood-rps", type=float, default=0.5)
     parser.add_argument("--flood-bytes", type=int, default=3_000_000)
+    parser.add_argument("--mixed-minutes", type=float, default=0.0, help="mixed-traffic phase length (0: none)")
+    parser.add_argument("--py-spy", type=Path, help="py-spy binary: sample the server to attribute slow probes")
+    parser.add_argument("--profile-rate-hz", type=int, default=100, help="py-spy samples per second")
     parser.add_argument("--server-arg", action="append", default=[], help="extra launch_server argument")
     args = parser.parse_args(argv)
 

@@ -7,6 +7,7 @@ only: it runs on the host and inside the images alike.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 
@@ -17,22 +18,24 @@ _PUNCT = [".", ".", ",", ",", ",", "?", ";", ":"]
 _LEXICON_SEED = 20261129
 
 
-def _lexicon(rng: random.Random, size: int) -> list[str]:
+@functools.lru_cache(maxsize=1)
+def _lexicon(size: int) -> tuple[list[str], list[float]]:
+    """The fixed lexicon and its Zipf cumulative weights (one per process: it is pure)."""
+    rng = random.Random(_LEXICON_SEED)
     words: set[str] = set()
     while len(words) < size:
         syllables = rng.choice((1, 1, 2, 2, 2, 3, 3, 4))
         words.add("".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(syllables)))
-    return sorted(words)
+    # Zipf-like word frequencies, as in natural text, so BPE learns whole frequent words.
+    return sorted(words), list(itertools.accumulate(1.0 / (rank + 1) for rank in range(size)))
 
 
 def text_of_size(seed: int, n_bytes: int) -> str:
     """ASCII prose of exactly `n_bytes` bytes, a pure function of (seed, n_bytes)."""
     # One fixed lexicon for every seed: the tokenizer is trained on the same words the
     # requests use; the seed only picks the word sequence.
-    lexicon = _lexicon(random.Random(_LEXICON_SEED), 3000)
+    lexicon, cum_weights = _lexicon(3000)
     rng = random.Random(seed)
-    # Zipf-like word frequencies, as in natural text, so BPE learns whole frequent words.
-    cum_weights = list(itertools.accumulate(1.0 / (rank + 1) for rank in range(len(lexicon))))
     parts: list[str] = []
     size = 0
     while size < n_bytes:

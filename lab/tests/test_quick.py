@@ -1,9 +1,10 @@
 """The lab's quick mode end to end (podman, both images): issue 8's "Done means" rule.
 
-On the ~4.7 MB chat and the 5 MB /generate, v3's worst /health probe is under 250 ms while
-stock's is over 1,000 ms, and prompt_tokens are identical on both arms. Runs
-`health_stall --quick --check` (the stock base, then //recipes:glm53_v3) and also checks
-results.json and the clean-up record itself.
+On the ~4.7 MB chat and the 5 MB /generate, v3's worst /health probe (10 ms probes) is under
+250 ms while stock's is over 1,000 ms, and prompt_tokens are identical on both arms. Runs
+`health_stall --quick --check --no-profile` (the stock base, then //recipes:glm53_v3; no
+py-spy, so the sampler's CPU does not count against the bound) and also checks results.json
+and the clean-up record itself.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from lab import checks, results
 def test_quick_mode_v3_keeps_health_answering(tmp_path: Path):
     out = Path(os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", tmp_path)) / "health-stall"
     done = subprocess.run(
-        [os.environ["HEALTH_STALL"], "--quick", "--check", "--out", str(out)],
-        timeout=285,
+        [os.environ["HEALTH_STALL"], "--quick", "--check", "--no-profile", "--out", str(out)],
+        timeout=840,
         check=False,
     )
     summary = json.loads((out / "results.json").read_text())

@@ -144,3 +144,9 @@ def test_table_and_chart(tmp_path: Path):
     report.timeline_chart(tmp_path / "t.png", probes, windows, "t")
     for name in ("c.png", "t.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_request_between_two_probes_gets_the_next_one():
+    probes = [Probe(1.0, 1.002, 2.0, 200), Probe(1.012, 1.015, 3.0, 200)]
+    stats = results.request_stats(probes, sent=1.003, done=1.009, prompt_tokens=31)
+    assert (stats.probes, stats.worst_ms) == (1, 3.0)

@@ -57,3 +57,39 @@ def test_png_is_well_formed():
     idat_len = int.from_bytes(data[idat_at - 4:idat_at], "big")
     raw = zlib.decompress(data[idat_at + 4:idat_at + 4 + idat_len])
     assert len(raw) == 4 * (1 + 8 * 3)
+
+
+def test_large_pngs_have_the_declared_pixels_and_stay_small():
+    data = workload.pattern_png(3000, 3000, seed=1)
+    assert data == workload.pattern_png(3000, 3000, seed=1)
+    assert int.from_bytes(data[16:20], "big") == 3000 and int.from_bytes(data[20:24], "big") == 3000
+    idat_at = data.index(b"IDAT")
+    raw = zlib.decompress(data[idat_at + 4:idat_at + 4 + int.from_bytes(data[idat_at - 4:idat_at], "big")])
+    assert len(raw) == 3000 * (1 + 3000 * 3)  # every pixel is there to decode
+    assert len(data) < 1_000_000  # yet the body of 64 such images stays tens of MB
+
+
+def test_tool_chat_carries_tools_and_a_tool_turn():
+    body = json.loads(workload.tool_chat("t", 3, 50_000).body)
+    assert body["rid"] == "t" and len(body["tools"]) == 8
+    assert [m["role"] for m in body["messages"]] == ["system", "user", "assistant", "tool", "user"]
+    assert body["tools"][0]["type"] == "function"  # the OpenAI wrapper a flattening retry would drop
+    assert 40_000 < len(workload.tool_chat("t", 3, 50_000).body) < 60_000
+    assert workload.tool_chat("t", 3, 50_000).body != workload.tool_chat("t", 4, 50_000).body
+
+
+def test_mixed_plan_is_fixed_open_loop_and_names_are_unique():
+    import mixed_plan
+
+    shape = mixed_plan.MixedShape(minutes=0.2, tool_bytes=20_000, large_at=())  # large ones: seconds to build
+    plan = mixed_plan.mixed_plan(shape)
+    names = [item.request.name for item in plan]
+    assert len(set(names)) == len(names)
+    assert [item.at for item in plan] == sorted(item.at for item in plan)
+    assert all(0 <= item.at < 12.0 for item in plan)
+    kinds = {item.kind for item in plan}
+    assert kinds == {"tool", "small", "image_chat"}
+    assert sum(1 for item in plan if item.kind == "tool") == 12  # every 1 s for 12 s
+    assert [item.request.body for item in plan] == [item.request.body for item in mixed_plan.mixed_plan(shape)]
+    with pytest.raises(ValueError, match="tool_every_s"):
+        mixed_plan.MixedShape(tool_every_s=0)

@@ -1,0 +1,85 @@
+"""Attribution of slow probes from a py-spy chrometrace: parsing, overlap, waits dropped, ranking."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lab import attribution, report
+from lab.results import Probe, ResultsError
+
+MAIN, WORKER = 1, 2
+
+
+def _frames(tid: int, thread: str, ts: int, names: list[tuple[str, str, int]], ph: str) -> list[dict]:
+    stack = [(f"thread (0x{tid:x}): {thread}", "", 0), *names]
+    items = stack if ph == "B" else list(reversed(stack))
+    return [{"ph": ph, "ts": ts, "tid": tid, "pid": 7, "cat": "py-spy", "name": name,
+             "args": {"filename": filename, "line": line}} for name, filename, line in items]
+
+
+def _trace(tmp_path: Path) -> Path:
+    """MainThread encodes from 100 to 160 ms; the worker converts from 150 to 400 ms, then waits."""
+    encode = [("OpenAIServingChat._apply_jinja_template",
+               "/usr/lib/python3/dist-packages/sglang/srt/entrypoints/openai/serving_chat.py", 1394),
+              ("TokenizersBackend._encode_plus", "/usr/lib/python3/dist-packages/transformers/tok.py", 959)]
+    worker = [("Thread.run", "/usr/lib/python3.11/threading.py", 975),
+              ("_tokenize_off_loop", "/usr/lib/python3/dist-packages/sglang/srt/managers/tokenizer_manager.py", 10)]
+    wait = [("Condition.wait", "/usr/lib/python3.11/threading.py", 324)]
+    events = (_frames(MAIN, "MainThread", 100_000, encode, "B") + _frames(MAIN, "MainThread", 160_000, encode, "E")
+              + _frames(WORKER, "preprocess", 150_000, worker, "B") + _frames(WORKER, "preprocess", 400_000, worker, "E")
+              + _frames(WORKER, "preprocess", 400_000, wait, "B") + _frames(WORKER, "preprocess", 900_000, wait, "E"))
+    path = tmp_path / "server.pyspy.json"
+    path.write_text(json.dumps(events))
+    return path
+
+
+def test_trace_becomes_spans_on_the_monotonic_clock(tmp_path: Path):
+    spans = attribution.load_trace(_trace(tmp_path), launched=50.0)
+    main = [s for s in spans if s.thread == "MainThread"]
+    assert len(main) == 1
+    assert main[0].start == pytest.approx(50.1) and main[0].end == pytest.approx(50.16)
+    assert main[0].stack[-1] == "TokenizersBackend._encode_plus (transformers/tok.py:959)"
+    # the timed Condition.wait is a wait, not work: dropped
+    assert [s.stack[-1] for s in spans if s.thread == "preprocess"] == [
+        "_tokenize_off_loop (sglang/srt/managers/tokenizer_manager.py:10)"]
+
+
+def test_slow_probes_get_the_code_that_ran_during_them(tmp_path: Path):
+    spans = attribution.load_trace(_trace(tmp_path), launched=50.0)
+    probes = [Probe(50.09, 50.17, 80.0, 200), Probe(50.2, 50.205, 5.0, 200), Probe(50.5, 50.55, 50.0, 200)]
+    slow = attribution.attribute(probes, spans)
+    assert [p.ms for p in slow] == [80.0, 50.0]  # the 5 ms probe is not attributed
+    first = slow[0]
+    assert first.shares[0].thread == "MainThread" and first.shares[0].ms == pytest.approx(60.0)
+    assert first.shares[0].sglang_frame.startswith("OpenAIServingChat._apply_jinja_template")
+    assert first.loop_ms == pytest.approx(60.0)
+    assert {s.thread for s in first.shares} == {"MainThread", "preprocess"}
+    assert slow[1].shares == []  # only a wait overlapped it: nothing ran
+
+    s = attribution.summary(slow)
+    assert s["slow_probes"] == 2 and s["unattributed"] == 1
+    assert s["loop_culprits"][0]["frame"].startswith("TokenizersBackend._encode_plus")
+    assert s["other_thread_culprits"][0]["thread"] == "preprocess"
+    text = report.attribution_section({"v3": {"probes.jsonl": s | {"profiled": True}}})
+    assert "2 probes over 20 ms" in text and "loop: 60 ms over 1 probes in `TokenizersBackend._encode_plus" in text
+    assert "behind" not in text
+
+
+def test_a_missing_or_cut_profile_is_an_error(tmp_path: Path):
+    with pytest.raises(ResultsError, match="missing"):
+        attribution.load_trace(tmp_path / "nope.json", 0.0)
+    (tmp_path / "cut.json").write_text('[{"ph": "B"')
+    with pytest.raises(ResultsError, match="not JSON"):
+        attribution.load_trace(tmp_path / "cut.json", 0.0)
+
+
+def test_sampler_lag_is_read_from_the_py_spy_log(tmp_path: Path):
+    log = tmp_path / "server.pyspy.log"
+    log.write_text("py-spy> Sampling process 100 times a second.\npy-spy> 1.70s behind in sampling, results\n"
+                   "py-spy> 12.25s behind in sampling, results may be inaccurate\n")
+    assert attribution.sampler_behind_s(log) == 12.25
+    log.write_text("py-spy> Sampling process 100 times a second.\n")
+    assert attribution.sampler_behind_s(log) == 0.0
