@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from validators.compose_doc import ComposeFile, Finding, LoadError, Report, load_compose
 from validators.model import compose_json
@@ -56,13 +56,13 @@ def load(raw: str, compose_bin: str | None) -> ComposeFile:
 
 
 def run(validator: str, args: argparse.Namespace, check: Check,
-        compose_bin: str | None = None) -> int:
-    """Loads each file (as Compose's model with `compose_bin`), runs `check`, prints every
-    finding; exit 1 when any file fails."""
+        compose_bin: str | None = None, loader: Callable[[str, str | None], Any] = load) -> int:
+    """Loads each file with `loader` (by default `load`: Compose's model with `compose_bin`), runs
+    `check`, prints every finding; exit 1 when any file fails."""
     report = Report(validator)
     for raw in args.files:
         try:
-            compose = load(raw, compose_bin)
+            compose = loader(raw, compose_bin)
         except LoadError as exc:
             report.findings.append(Finding(raw, "", str(exc).removeprefix(f"{raw}: ")))
             continue

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from validators import cli, nginx_conf, nginx_probe, secrets, topology
-from validators.compose_doc import Finding, LoadError, Report, command_argv, join_path
+from validators.compose_doc import Finding, command_argv, join_path
 from validators.model import Model, default_compose_bin, load_model
 from validators.releases import Release, Releases, ReleaseError, image_digest, load_release_dir
 from validators.tier import TIERS, Tier
@@ -447,7 +447,6 @@ def context(args: argparse.Namespace) -> Context:
 
 
 def run(args: argparse.Namespace) -> int:
-    report = Report(VALIDATOR)
     if not args.compose_bin:
         print(f"{VALIDATOR}: --compose-bin (or COMPOSE_BIN) is required", file=sys.stderr)
         return 2
@@ -457,20 +456,8 @@ def run(args: argparse.Namespace) -> int:
     except ReleaseError as exc:
         print(f"{VALIDATOR}: {exc}", file=sys.stderr)
         return 2
-    for raw in args.files:
-        try:
-            model = load_model(cli.user_path(raw), raw, compose_bin)
-        except LoadError as exc:
-            report.findings.append(Finding(raw, "", str(exc).removeprefix(f"{raw}: ")))
-            continue
-        findings = validate(model, ctx)
-        if findings:
-            report.extend(findings)
-        else:
-            report.ok_files.append(raw)
-    text = report.render()
-    print(text, file=sys.stderr if report.findings else sys.stdout)
-    return 1 if report.findings else 0
+    return cli.run(VALIDATOR, args, lambda model, _args: validate(model, ctx), compose_bin,
+                   loader=lambda raw, binary: load_model(cli.user_path(raw), raw, binary))
 
 
 def main(argv: list[str] | None = None) -> int:
