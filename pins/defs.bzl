@@ -1,7 +1,7 @@
 """Starlark access to the pin table (repository_locations.bzl): rows by name, never by value."""
 
 load("@bazel_tools//tools/build_defs/repo:http.bzl", "http_archive")
-load("//tools/release:pull.bzl", "oci_pull", "unpinned_base")
+load("//tools/oci:pull.bzl", "oci_pull")
 load(":repository_locations.bzl", "PINS", "UNRESOLVED")
 
 def pin(name):
@@ -34,11 +34,21 @@ def pin_http_archive(name, **kwargs):
         **kwargs
     )
 
+def _unpinned_image_impl(rctx):
+    fail(("{name}: the image is unresolved in pins/repository_locations.bzl; pin it with " +
+          "`bazel run //pins:resolve -- {name} --ref REGISTRY/REPO:TAG` (for the production base: " +
+          "`bazel run //recipes/bases:pin_prod -- REGISTRY/REPO:TAG`), which resolves the tag's digest " +
+          "with skopeo and writes the row. The default CPU base needs no pin.").format(name = rctx.name))
+
+# Stands in for an unresolved image row: fetching it (for the production base only --config=prod
+# does) fails with the command above instead of "no such package".
+_unpinned_image = repository_rule(implementation = _unpinned_image_impl)
+
 def pin_oci_pull(name, **kwargs):
     """oci_pull(name, **kwargs) of an image row; while it is unresolved, a repository that explains itself."""
     row = pin(name)
     if row["digest"] == UNRESOLVED:
-        unpinned_base(name = name)
+        _unpinned_image(name = name)
         return
     registry, _, repository = row["repository"].partition("/")
     oci_pull(name = name, registry = registry, repository = repository, digest = row["digest"], **kwargs)

@@ -33,7 +33,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pins import table  # noqa: E402
-from tools.release.registry import RefError, RegistryError, Skopeo, parse_repository  # noqa: E402
+from tools.oci.registry import RefError, RegistryError, Skopeo, parse_repository  # noqa: E402
 
 DEFAULT_HUB = "https://huggingface.co"
 

@@ -11,8 +11,8 @@ import pytest
 from pins import resolve, table
 from pins.testing.fake_hub import FakeHub
 from tools.podman.tests.host_image import layer_of, write_layout, write_tree
-from tools.release.registry import Repository, Skopeo
-from tools.release.testing.local_registry import LocalRegistry
+from tools.oci.registry import Repository, Skopeo
+from tools.oci.testing.local_registry import LocalRegistry
 
 COMMIT_1, COMMIT_2 = "1" * 40, "2" * 40
 TEMPLATE = b"{{ messages }}\n"
@@ -31,7 +31,7 @@ def _push(registry, path: str, tag: str, content: str) -> str:
     reg, skopeo, tmp = registry
     layout = tmp / f"{path.replace('/', '_')}-{tag}-{abs(hash(content))}"
     digest = write_layout(layout, [layer_of(write_tree(layout.with_suffix(".root"), {"f": content}))])
-    skopeo._run(["copy", "--preserve-digests", "--dest-tls-verify=false", f"oci:{layout}",
+    skopeo.run(["copy", "--preserve-digests", "--dest-tls-verify=false", f"oci:{layout}",
                  Repository(reg.address, path).docker_ref(tag=tag)])
     return digest
 

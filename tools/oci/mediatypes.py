@@ -2,7 +2,7 @@
 
 A base pulled from a Docker-typed registry image keeps its layer blobs; the OCI manifest of an
 image built on it re-describes those layers with the OCI types, so one manifest never mixes the
-two families (tools/oci/image.py, tools/release/oci_fetch.py).
+two families (tools/oci/image.py, tools/oci/pull.py).
 """
 
 OCI_LAYER_FOR_DOCKER = {

@@ -189,11 +189,13 @@ def make_manifest(config_bytes: bytes, base_manifest: dict[str, Any] | None, lay
 
 
 def make_index(manifest_bytes: bytes, ref_name: str) -> dict[str, Any]:
+    # A pulled base may be Docker-typed (tools/oci/shallow_layout.py): name it by its own type.
+    media_type = json.loads(manifest_bytes).get("mediaType") or MEDIA_MANIFEST
     return {
         "schemaVersion": 2,
         "mediaType": MEDIA_INDEX,
         "manifests": [{
-            "mediaType": MEDIA_MANIFEST,
+            "mediaType": media_type,
             "digest": sha256_digest(manifest_bytes),
             "size": len(manifest_bytes),
             "platform": {"architecture": "amd64", "os": "linux"},

@@ -1,15 +1,18 @@
 """Public API: ordered, hash-pinned SGLang patch series applied and verified in one action.
 
-    load("//tools/patches:defs.bzl", "patch_chain", "patch_series", "patch_rehash")
+    load("//tools/patches:defs.bzl", "patch_chain", "patch_series", "patch_rehash", "chain_base_files")
 
     patch_series(name = "v1_series", declaration = "v1/series.json", patches = glob(["v1/*.diff"]))
     patch_series(name = "v2_series", declaration = "v2/series.json", patches = glob(["v2/*.diff"]), extends = ":v1_series")
     patch_chain(name = "v2", series = ":v2_series")   # base = "@sglang_src_0_5_19//:tree"
     patch_rehash(name = "rehash")                       # bazel run //patches:rehash -- v2 [--write]
+    chain_base_files(name = "v2_base", chain = ":v2", site = "usr/lib/python3/dist-packages", fix = "...")
+                                                        # for oci_pull(expect = ...): what a base must hold
 
 See patches/README.md for the declaration format and the errors.
 """
 
+load("//tools/patches/private:base_files.bzl", _chain_base_files = "chain_base_files")
 load(
     "//tools/patches/private:patch_chain.bzl",
     _PatchChainInfo = "PatchChainInfo",
@@ -21,6 +24,7 @@ load(
 PatchChainInfo = _PatchChainInfo
 PatchSeriesInfo = _PatchSeriesInfo
 patch_series = _patch_series
+chain_base_files = _chain_base_files
 
 def patch_chain(name, series, base = "@sglang_src_0_5_19//:tree", **kwargs):
     """The verified, applied series `series` (a patch_series label) on `base`.

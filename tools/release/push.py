@@ -27,7 +27,7 @@ if __package__ in (None, ""):
 
 from tools.podman.oci_layout import Image, LayoutError, find_layout, link_view, parse_blob_args, read_image  # noqa: E402
 from tools.release import record as record_lib  # noqa: E402
-from tools.release.registry import (  # noqa: E402
+from tools.oci.registry import (  # noqa: E402
     RefError,
     RegistryError,
     Repository,

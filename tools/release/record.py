@@ -35,7 +35,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tools.release.fingerprint import fingerprint  # noqa: E402
-from tools.release.registry import RefError, check_digest, check_tag, parse_repository  # noqa: E402
+from tools.oci.registry import RefError, check_digest, check_tag, parse_repository  # noqa: E402
 
 RECORD_KEYS = (
     "recipe", "series", "repository", "tag", "digest", "base", "patch_layer_digest",

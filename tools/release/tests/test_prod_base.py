@@ -2,9 +2,9 @@
 
 A two-layer base built here (as the CPU base is) gets the real v3 patch layer with tools/oci's
 image writer: that is the locally built engine. The base is then seeded into a loopback
-registry and pulled shallowly (manifest and config only, as the oci_pull repository rule does:
-same code, tools/release/oci_fetch.py), and the patch layer is assembled on the pull, reading
-only descriptors. Two seeds:
+registry and pulled shallowly (manifest and config only, as the oci_pull repository rule and
+its shallow_base do: same code, tools/oci/pull.py and shallow_layout.py), and the patch layer
+is assembled on the pull, reading only descriptors. Two seeds:
 
   * byte-identical (skopeo --preserve-digests): the engine built on the shallow pull has exactly
     the digest of the one built on the local base;
@@ -25,12 +25,12 @@ from pathlib import Path
 import pytest
 
 from tools.oci import image as oci_image
+from tools.oci import pull, shallow_layout
+from tools.oci.registry import RegistryError, Repository
+from tools.oci.testing.local_registry import LocalRegistry
 from tools.podman.oci_layout import link_view, read_image
 from tools.podman.tests.host_image import layer_of, write_layout, write_tree
-from tools.release import oci_fetch
 from tools.release.push import push_image
-from tools.release.registry import Repository, Skopeo
-from tools.release.testing.local_registry import LocalRegistry
 
 LABELS = ["--label=org.opencontainers.image.title=glm53 test engine"]
 
@@ -38,6 +38,14 @@ LABELS = ["--label=org.opencontainers.image.title=glm53 test engine"]
 def _patch_layer() -> tuple[str, str]:
     paths = os.environ["GLM53_PATCH_LAYER"].split()
     return (next(p for p in paths if p.endswith(".descriptor.json")), next(p for p in paths if p.endswith(".tar")))
+
+
+def _pull(registry: LocalRegistry, repo: Repository, digest: str, out: Path) -> dict:
+    """The oci_pull rule's fetch, then its shallow_base action: `out`/layout is the base."""
+    pin = pull.fetch(registry.skopeo, repo, digest, "linux/amd64", out)
+    assert shallow_layout.main(["--manifest", str(out / "manifest.json"), "--config", str(out / "config.json"),
+                                "--digest", str(out / "digest"), "--out", str(out / "layout")]) == 0
+    return pin
 
 
 def _assemble(base_layout: Path, out: Path, *labels: str) -> str:
@@ -58,18 +66,16 @@ def setup(tmp_path_factory):
                         layer_of(write_tree(tmp / "l2", {"usr/bin/tool": "#!/bin/true\n"}))])
     local = _assemble(base, tmp / "local")
     with LocalRegistry(tmp / "registry") as registry:
-        skopeo = Skopeo(policy=tmp / "policy.json")
-        skopeo.write_policy()
-        yield tmp, registry, skopeo, read_image(base), local
+        yield tmp, registry, read_image(base), local
 
 
 def test_byte_identical_seed_rebuilds_the_same_image(setup) -> None:
-    tmp, registry, skopeo, base, local = setup
-    repo = Repository(registry.address, "base/synthetic")
-    seeded = push_image(base, repo, "1", skopeo)
+    tmp, registry, base, local = setup
+    repo = registry.repository("base/synthetic")
+    seeded = push_image(base, repo, "1", registry.skopeo)
     assert seeded == base.manifest_digest
     shallow = tmp / "shallow-identical"
-    pin = oci_fetch.fetch(registry.address, repo.path, seeded, "linux/amd64", shallow)
+    pin = _pull(registry, repo, seeded, shallow)
     assert pin["manifest_digest"] == base.manifest_digest
     # Only the manifest and config were fetched.
     assert sorted(p.name for p in (shallow / "layout/blobs/sha256").iterdir()) == sorted(
@@ -78,19 +84,17 @@ def test_byte_identical_seed_rebuilds_the_same_image(setup) -> None:
 
 
 def test_recompressed_base_same_patch_layer_and_pushable(setup, capsys) -> None:
-    tmp, _, skopeo, base, local = setup
+    tmp, _, base, local = setup
     # A registry of its own: skopeo remembers which blobs a registry already has and would
     # reuse the uncompressed ones instead of compressing them.
     with LocalRegistry(tmp / "registry-prod") as registry:
-        repo = Repository(registry.address, "prod/sglang")
+        repo = registry.repository("prod/sglang")
         # A plain skopeo copy gzips the layers: a base as registries usually hold it.
-        skopeo._run(["copy", "--dest-tls-verify=false", f"oci:{link_view(base, tmp / 'seed' / 'layout')}",
-                     repo.docker_ref(tag="prod-like")])
-        prod_digest = skopeo.manifest_digest(repo, "prod-like")
-        assert prod_digest is not None and prod_digest != base.manifest_digest
+        prod_digest = registry.seed(f"oci:{link_view(base, tmp / 'seed' / 'layout')}", repo.path, "prod-like")
+        assert prod_digest != base.manifest_digest
 
         shallow = tmp / "shallow-prod"
-        oci_fetch.fetch(registry.address, repo.path, prod_digest, "linux/amd64", shallow)
+        _pull(registry, repo, prod_digest, shallow)
         layer_types = {json.loads(p.read_text())["mediaType"] for p in (shallow / "layers").iterdir()}
         assert layer_types == {"application/vnd.oci.image.layer.v1.tar+gzip"}
 
@@ -104,14 +108,14 @@ def test_recompressed_base_same_patch_layer_and_pushable(setup, capsys) -> None:
         assert [layer.path is None for layer in on_prod.layers] == [True] * (len(on_prod.layers) - 1) + [False]
 
         # This machine has none of the prod base's blobs; the push seeds the base registry-side.
-        dest = Repository(registry.address, "nearai/sglang-glm53")
-        served = push_image(on_prod, dest, "glm53-prod-test", skopeo)
+        dest = registry.repository("nearai/sglang-glm53")
+        served = push_image(on_prod, dest, "glm53-prod-test", registry.skopeo)
         assert served == digest
         assert "copying the shallow base" in capsys.readouterr().out
 
 
-def test_fetch_refuses_content_that_does_not_match_the_pin(setup) -> None:
-    tmp, registry, skopeo, base, _ = setup
+def test_fetch_refuses_a_digest_the_registry_does_not_hold(setup) -> None:
+    tmp, registry, _, _ = setup
     wrong = "sha256:" + "0" * 64
-    with pytest.raises(oci_fetch.FetchError, match="HTTP 404"):
-        oci_fetch.fetch(registry.address, "base/synthetic", wrong, "linux/amd64", tmp / "wrong")
+    with pytest.raises(RegistryError, match="manifest unknown"):
+        pull.fetch(registry.skopeo, registry.repository("base/synthetic"), wrong, "linux/amd64", tmp / "wrong")

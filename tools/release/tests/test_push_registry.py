@@ -14,8 +14,8 @@ import pytest
 
 from tools.release import push as push_lib
 from tools.release import record as rec
-from tools.release.registry import Skopeo
-from tools.release.testing.local_registry import LocalRegistry
+from tools.oci.registry import Skopeo
+from tools.oci.testing.local_registry import LocalRegistry
 from tools.release.tests.fixtures import build
 
 
@@ -116,12 +116,12 @@ def test_registry_rewriting_the_image_is_refused(tmp_path: Path, registry: Local
     """Without --preserve-digests skopeo gzips the layers: the registry then holds another
     manifest. The push must notice and record nothing."""
     built = build(tmp_path)
-    original = Skopeo._run
+    original = Skopeo.run
 
     def without_preserve(self, args):
         return original(self, [a for a in args if a != "--preserve-digests"])
 
-    monkeypatch.setattr(Skopeo, "_run", without_preserve)
+    monkeypatch.setattr(Skopeo, "run", without_preserve)
     assert _push(built, registry, "rewritten", tmp_path / "rel") == 1
     assert "does not hold the built image" in capsys.readouterr().err
     served = _served(registry, "test/sglang", "rewritten")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools.release.registry import RefError, check_tag, parse_repository
+from tools.oci.registry import RefError, check_tag, parse_repository
 
 
 @pytest.mark.parametrize("value,loopback", [

@@ -1,16 +1,23 @@
-"""A real OCI registry (Debian's docker-registry, distribution 2.8) on 127.0.0.1, for tests.
+"""The one test registry: Debian's docker-registry (distribution 2.8) on 127.0.0.1.
 
     with LocalRegistry(Path(tmp)) as reg:
-        reg.address   # "127.0.0.1:<port>"
+        reg.address                      # "127.0.0.1:<port>"
+        reg.skopeo                       # tools/oci/registry.py's client for it (policy, auth file)
+        reg.seed(layout_ref, "base/x", "1", "--format", "v2s2")   # skopeo copy in; the served digest
 
 Writes its own config (storage under the given directory, http on a free loopback port),
 starts the server, waits until /v2/ answers, and stops exactly that process (by pid) on exit.
+With `users`, the registry requires basic auth (htpasswd, bcrypt) and `reg.auth_file` is a
+docker/podman auth file holding the first user's credentials.
+Every test that needs a registry uses this module (push, pull, pin resolution, production base).
 Run as a program to keep one up for manual work: `local_registry.py --dir /tmp/reg`.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 import shutil
 import signal
 import socket
@@ -19,7 +26,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import warnings
 from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from tools.oci.registry import Repository, Skopeo  # noqa: E402
 
 BINARY = "/usr/bin/docker-registry"
 _CONFIG = """\
@@ -37,6 +50,12 @@ http:
   addr: 127.0.0.1:{port}
   secret: glm53-engine-test-registry
 """
+_AUTH = """\
+auth:
+  htpasswd:
+    realm: glm53-engine-test
+    path: {root}/htpasswd
+"""
 
 
 class RegistryStartError(Exception):
@@ -49,10 +68,18 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _bcrypt(password: str) -> str:
+    with warnings.catch_warnings():  # crypt is deprecated, but the only stdlib bcrypt
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import crypt
+    return crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH))
+
+
 class LocalRegistry:
-    def __init__(self, root: Path, binary: str = BINARY) -> None:
+    def __init__(self, root: Path, binary: str = BINARY, users: dict[str, str] | None = None) -> None:
         self.root = Path(root)
         self.binary = binary
+        self.users = dict(users or {})
         self.port = 0
         self.process: subprocess.Popen | None = None
 
@@ -60,14 +87,34 @@ class LocalRegistry:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def auth_file(self) -> Path | None:
+        return self.root / "auth.json" if self.users else None
+
+    @property
+    def skopeo(self) -> Skopeo:
+        return Skopeo(policy=self.root / "policy.json", authfile=self.auth_file)
+
+    def repository(self, path: str) -> Repository:
+        return Repository(self.address, path)
+
     def start(self, attempts: int = 3) -> "LocalRegistry":
         if shutil.which(self.binary) is None:
-            raise RegistryStartError(f"{self.binary} not found: apt-get install docker-registry")
+            raise RegistryStartError(f"{self.binary} not found: `./tools/bazel` installs it (apt-get install docker-registry)")
         self.root.mkdir(parents=True, exist_ok=True)
+        self.skopeo.write_policy()
+        auth = ""
+        if self.users:
+            (self.root / "htpasswd").write_text("".join(f"{u}:{_bcrypt(p)}\n" for u, p in self.users.items()))
+            auth = _AUTH.format(root=self.root)
         for _ in range(attempts):  # a free port can be taken between probe and bind
             self.port = _free_port()
             config = self.root / "config.yml"
-            config.write_text(_CONFIG.format(root=self.root, port=self.port))
+            config.write_text(_CONFIG.format(root=self.root, port=self.port) + auth)
+            if self.users:
+                user, password = next(iter(self.users.items()))
+                token = base64.b64encode(f"{user}:{password}".encode()).decode()
+                self.auth_file.write_text(json.dumps({"auths": {self.address: {"auth": token}}}))
             log = (self.root / "registry.log").open("ab")
             self.process = subprocess.Popen([self.binary, "serve", str(config)], stdout=log, stderr=log)
             if self._wait_ready(timeout=15):
@@ -84,10 +131,28 @@ class LocalRegistry:
                 with urllib.request.urlopen(f"http://{self.address}/v2/", timeout=1) as resp:
                     if resp.status == 200:
                         return True
+            except urllib.error.HTTPError as err:
+                if err.code == 401 and self.users:  # up, and asking for credentials
+                    return True
             except (urllib.error.URLError, ConnectionError, OSError):
                 pass
             time.sleep(0.1)
         return False
+
+    def seed(self, source: str, path: str, tag: str, *flags: str) -> str:
+        """`skopeo copy [FLAGS] SOURCE` to PATH:TAG here; returns the digest the registry serves."""
+        repo = self.repository(path)
+        auth = [f"--dest-authfile={self.auth_file}"] if self.auth_file else []
+        self.skopeo.run(["copy", "--dest-tls-verify=false", *auth, *flags, source, repo.docker_ref(tag=tag)])
+        served = self.skopeo.manifest_digest(repo, tag)
+        if served is None:
+            raise RegistryStartError(f"{repo}:{tag} was not served after the copy")
+        return served
+
+    def blob_file(self, digest: str) -> Path:
+        """Where the storage keeps a blob (manifests too): tests alter it to play a bad registry."""
+        hexpart = digest.split(":", 1)[1]
+        return self.root / "data/docker/registry/v2/blobs/sha256" / hexpart[:2] / hexpart / "data"
 
     def stop(self) -> None:
         if self.process is None:

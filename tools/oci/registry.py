@@ -1,8 +1,14 @@
-"""Image references and the skopeo calls that push to and read from a registry.
+"""The one registry client: repository names and the skopeo calls that push and pull.
 
 A repository is HOST[:PORT]/PATH (e.g. docker.io/nearai/sglang-glm53, 127.0.0.1:5000/test/x).
 TLS verification is only turned off for loopback registries (127.0.0.1, localhost, [::1]),
 which is what the project's tests run; every other registry is spoken to over verified TLS.
+Credentials: skopeo's own lookup ($REGISTRY_AUTH_FILE, then its default auth files, which
+include ~/.docker/config.json), or an explicit auth file.
+
+Pushes (tools/release/push.py), pin resolution (pins/resolve.py) and the shallow pull of a
+base (pull.py, run by the oci_pull repository rule) all go through `Skopeo`; nothing else in
+the repository speaks the registry protocol.
 """
 
 from __future__ import annotations
@@ -104,9 +110,13 @@ class Skopeo:
         self.policy.parent.mkdir(parents=True, exist_ok=True)
         self.policy.write_text('{"default": [{"type": "insecureAcceptAnything"}]}\n')
 
-    def _run(self, args: list[str]) -> subprocess.CompletedProcess:
+    def run(self, args: list[str]) -> subprocess.CompletedProcess:
+        """`skopeo --policy P ARGS...`; RegistryError with skopeo's message when it fails."""
         cmd = [self.binary, "--policy", str(self.policy), *args]
-        done = subprocess.run(cmd, capture_output=True, check=False)
+        try:
+            done = subprocess.run(cmd, capture_output=True, check=False)
+        except FileNotFoundError:
+            raise RegistryError(f"{self.binary} not found: `./tools/bazel` installs skopeo (apt-get install skopeo)") from None
         if done.returncode != 0:
             raise RegistryError(f"`{' '.join(cmd)}` failed:\n{done.stderr.decode(errors='replace').strip()}")
         return done
@@ -123,7 +133,7 @@ class Skopeo:
         --preserve-digests: without it skopeo gzips uncompressed layers for a registry and
         the pushed manifest (and digest) would differ from the built one.
         """
-        self._run([
+        self.run([
             "copy", "--preserve-digests", "--retry-times", "3",
             *self._tls(repository, "--dest-tls-verify"),
             *self._auth("--dest-authfile"),
@@ -135,20 +145,47 @@ class Skopeo:
 
     def copy_between(self, source: Repository, digest: str, dest: Repository, tag: str) -> None:
         """Registry to registry, byte for byte (a shallow base into the push destination)."""
-        self._run([
+        self.run([
             "copy", "--preserve-digests", "--retry-times", "3",
             *self._tls(source, "--src-tls-verify"), *self._tls(dest, "--dest-tls-verify"),
             *self._auth("--src-authfile"), *self._auth("--dest-authfile"),
             source.docker_ref(digest=digest), dest.docker_ref(tag=tag),
         ])
 
-    def copy_to_layout(self, repository: Repository, digest: str, layout: Path) -> None:
-        self._run([
-            "copy", "--preserve-digests",
+    def copy_to_dir(self, repository: Repository, digest: str, dest: Path) -> None:
+        """REPO@DIGEST (one image manifest) into a `dir:` directory: blobs as files named by hex.
+
+        Unlike an OCI layout, `dir:` keeps a Docker schema-2 manifest as it is, so the blobs
+        (compressed as the registry holds them) keep their digests; skopeo checks each layer
+        against its digest while copying.
+        """
+        self.run([
+            "copy", "--preserve-digests", "--retry-times", "3",
             *self._tls(repository, "--src-tls-verify"),
             *self._auth("--src-authfile"),
-            repository.docker_ref(digest=digest), f"oci:{layout}",
+            repository.docker_ref(digest=digest), f"dir:{dest}",
         ])
+
+    def raw_manifest(self, repository: Repository, digest: str) -> bytes:
+        """The manifest (or index) bytes the registry serves for REPO@DIGEST, unverified.
+
+        skopeo does not check these bytes against the digest; callers do (pull.py).
+        """
+        return self.run([
+            "inspect", "--raw", "--retry-times", "3",
+            *self._tls(repository, "--tls-verify"),
+            *self._auth("--authfile"),
+            repository.docker_ref(digest=digest),
+        ]).stdout
+
+    def raw_config(self, repository: Repository, manifest_digest: str) -> bytes:
+        """The config blob of the image manifest REPO@DIGEST, byte for byte."""
+        return self.run([
+            "inspect", "--config", "--raw", "--retry-times", "3",
+            *self._tls(repository, "--tls-verify"),
+            *self._auth("--authfile"),
+            repository.docker_ref(digest=manifest_digest),
+        ]).stdout
 
     def manifest_digest(self, repository: Repository, tag: str) -> str | None:
         """sha256 of the manifest bytes the registry serves for REPO:TAG; None if no such tag."""
@@ -159,7 +196,7 @@ class Skopeo:
             repository.docker_ref(tag=tag),
         ]
         try:
-            done = self._run(cmd)
+            done = self.run(cmd)
         except RegistryError as err:
             text = str(err).lower()
             if "manifest unknown" in text or "not found" in text or "name unknown" in text:
