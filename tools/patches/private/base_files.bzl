@@ -20,7 +20,7 @@ def _chain_base_files_impl(ctx):
         outputs = [out],
         mnemonic = "ChainBaseFiles",
     )
-    return [DefaultInfo(files = depset([out]))]
+    return [DefaultInfo(files = depset([out]), runfiles = ctx.runfiles(files = [out]))]
 
 chain_base_files = rule(
     implementation = _chain_base_files_impl,
