@@ -109,32 +109,43 @@ def _drop(files: dict[str, str], top: str, keep_top: bool = False) -> None:
         del files[path]
 
 
+def _read_layer(tar: tarfile.TarFile, prefixes: list[str]) -> tuple[list[tarfile.TarInfo], dict[str, str]]:
+    """One streaming pass over a layer: its members, and the sha256 of its files under `prefixes`."""
+    members, hashes = [], {}
+    for member in tar:
+        members.append(member)
+        name = member.name.lstrip("./").rstrip("/")
+        if member.isreg() and any(_under(name, prefix) for prefix in prefixes):
+            hashes[name] = hashlib.file_digest(tar.extractfile(member), "sha256").hexdigest()
+    return members, hashes
+
+
 def apply_layer(files: dict[str, str], tar: tarfile.TarFile, prefixes: list[str]) -> None:
     """Applies one layer (a tar stream) to `files` {path: sha256} of the layers below it.
 
-    Whiteouts and opaque markers remove entries of the lower layers only (whatever their order
-    in the tar), as the image spec says; a non-directory entry replaces a lower directory.
+    Whiteout semantics as a runtime applies them: opaque markers first (they hide the lower
+    layers' entries of their directory wherever they sit in the tar), then whiteouts and entries
+    in tar order; a non-directory entry replaces a lower directory.
     """
-    added: dict[str, str] = {}
-    for member in tar:
-        name = member.name.lstrip("./").rstrip("/")
+    members, hashes = _read_layer(tar, prefixes)
+    named = [(m, m.name.lstrip("./").rstrip("/")) for m in members]
+    for _, name in named:
         head, _, base = name.rpartition("/")
         if base == OPAQUE:
             _drop(files, head, keep_top=True)
+    for member, name in named:
+        head, _, base = name.rpartition("/")
+        if base == OPAQUE:
             continue
         if base.startswith(WHITEOUT):
             _drop(files, f"{head}/{base[len(WHITEOUT):]}" if head else base[len(WHITEOUT):])
             continue
         if not member.isdir():
             _drop(files, name)
-            added.pop(name, None)
-        if not any(_under(name, prefix) for prefix in prefixes):
-            continue
-        if member.isreg():
-            added[name] = hashlib.file_digest(tar.extractfile(member), "sha256").hexdigest()
-        elif member.islnk() and member.linkname.lstrip("./") in added:  # hard links point into the same layer
-            added[name] = added[member.linkname.lstrip("./")]
-    files.update(added)
+        if name in hashes:
+            files[name] = hashes[name]
+        elif member.islnk() and member.linkname.lstrip("./") in hashes:  # hard links point into the same layer
+            files[name] = hashes[member.linkname.lstrip("./")]
 
 
 def file_hashes(blobs: Path, manifest: dict, prefixes: list[str]) -> dict[str, str]:
