@@ -90,21 +90,25 @@ def _shallow_reject_impl(ctx):
 shallow_reject_test = analysistest.make(_shallow_reject_impl, expect_failure = True)
 
 def _shallow_base_impl(ctx):
-    # An OciImageInfo like a shallowly pulled production base: descriptors, no blobs.
-    layout = ctx.actions.declare_directory(ctx.label.name)
-    ctx.actions.run_shell(outputs = [layout], command = "mkdir -p " + layout.path)
-    digest = ctx.actions.declare_file(ctx.label.name + ".digest")
-    ctx.actions.write(digest, "sha256:" + "0" * 64 + "\n")
-    desc = ctx.actions.declare_file(ctx.label.name + ".descriptor.json")
-    ctx.actions.write(desc, "{}")
-    return [OciImageInfo(
-        layout = layout,
-        digest = digest,
-        manifest = desc,
-        config = desc,
-        contents = desc,
-        layers = [OciLayerInfo(blob = None, descriptor = desc, manifest = None)],
-        image_name = "shallow",
-    )]
+    env = analysistest.begin(ctx)
+    info = analysistest.target_under_test(env)[OciImageInfo]
+    asserts.equals(env, [None], [layer.blob for layer in info.layers], "a pulled base's layers have no blob")
+    asserts.equals(env, ["layer.json"], [layer.descriptor.basename for layer in info.layers])
+    asserts.equals(env, "registry.invalid/shallow", info.image_name)
+    action = _one_action(env, "ShallowBase")
+    if action:
+        inputs = sorted([f.basename for f in action.inputs.to_list() if f.basename.endswith(".json") or f.basename == "digest"])
+        asserts.equals(env, ["config.json", "digest", "expect.json", "files.json", "manifest.json"], inputs)
+        argv = " ".join(action.argv)
+        for flag in ["--files tools/oci/tests/testdata/shallow/files.json", "--expect tools/oci/tests/testdata/shallow/expect.json", "--name registry.invalid/shallow"]:
+            asserts.true(env, flag in argv, "ShallowBase argv lacks %r: %s" % (flag, argv))
+    return analysistest.end(env)
 
-shallow_base = rule(implementation = _shallow_base_impl)
+shallow_base_test = analysistest.make(_shallow_base_impl)
+
+def _shallow_needs_files_impl(ctx):
+    env = analysistest.begin(ctx)
+    asserts.expect_failure(env, "`expect` needs `files`")
+    return analysistest.end(env)
+
+shallow_needs_files_test = analysistest.make(_shallow_needs_files_impl, expect_failure = True)
