@@ -46,7 +46,7 @@ def _oci_pull_impl(rctx):
         args += ["--scan", prefix]
     result = rctx.execute(args, timeout = 3600, quiet = False)
     if result.return_code != 0:
-        fail("oci_pull(%s): fetching %s/%s@%s failed:\n%s\nThe production base needs registry access (--config=prod); the default CPU base does not." % (
+        fail("oci_pull(%s): fetching %s/%s@%s failed:\n%s\nThe fetch needs access to that registry (credentials: $REGISTRY_AUTH_FILE, $DOCKER_CONFIG or skopeo's default auth files)." % (
             rctx.name,
             rctx.attr.registry,
             rctx.attr.repository,
