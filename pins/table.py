@@ -14,11 +14,13 @@ from __future__ import annotations
 import ast
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
+
+from tools.files import atomic
+from tools.oci.reference import DIGEST_RE, TAG_RE, ReferenceError, parse_repository
 
 # No resolve(): under Bazel the runfiles copy is the one bound as data.
 DEFAULT_PATH = Path(os.path.abspath(__file__)).parent / "repository_locations.bzl"
@@ -26,12 +28,8 @@ DEFAULT_PATH = Path(os.path.abspath(__file__)).parent / "repository_locations.bz
 WORKSPACE_RELATIVE = Path("pins") / "repository_locations.bzl"
 RESOLVE_COMMAND = "bazel run //pins:resolve -- {name}"
 
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
-IMAGE_REPO_RE = re.compile(r"^[a-z0-9.-]+\.[a-z]+(?::[0-9]+)?/[a-z0-9._-]+(?:/[a-z0-9._-]+)*$|"
-                           r"^127\.0\.0\.1:[0-9]+/[a-z0-9._-]+(?:/[a-z0-9._-]+)*$")
 HF_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 TIME_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$")
@@ -167,10 +165,10 @@ def parse(text: str, where: str) -> tuple[str, dict[str, Any]]:
 def _check_sentinel(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value:
         raise PinError(f"{where}: UNRESOLVED must be a non-empty string")
-    if any(r.match(value) or r.match(value.removeprefix("sha256:"))
+    if any(r.fullmatch(value) or r.fullmatch(value.removeprefix("sha256:"))
            for r in (DIGEST_RE, SHA256_RE, COMMIT_RE)) or re.fullmatch(r"[0-9a-fA-F:]*", value):
         raise PinError(f"{where}: UNRESOLVED = {value!r} could pass as a digest or commit")
-    if len(value) in (40, 64, 71) or TAG_RE.match(value):
+    if len(value) in (40, 64, 71) or TAG_RE.fullmatch(value):
         raise PinError(f"{where}: UNRESOLVED = {value!r} must not be a valid tag, 40, 64 or 71 "
                        "characters long")
     return value
@@ -184,7 +182,7 @@ def _check_pin(pin: Pin, where: str) -> Pin:
               may_be_unresolved: bool = True) -> None:
         if may_be_unresolved and value == sentinel:
             return
-        if not isinstance(value, str) or not pattern.match(value):
+        if not isinstance(value, str) or not pattern.fullmatch(value):
             hint = " or UNRESOLVED" if may_be_unresolved else ""
             raise PinError(f"{row}: {name} = {value!r} is not {what}{hint}")
 
@@ -195,7 +193,10 @@ def _check_pin(pin: Pin, where: str) -> Pin:
     if not isinstance(pin.description, str) or not pin.description:
         raise PinError(f"{row}: description must say what the artifact is")
     if pin.kind == "image":
-        check("repository", pin.repository, IMAGE_REPO_RE, "HOST/PATH with an explicit registry host", False)
+        try:
+            parse_repository(pin.repository)
+        except ReferenceError as err:
+            raise PinError(f"{row}: repository is not HOST/PATH with an explicit registry host: {err}") from None
         check("intended", pin.intended, TAG_RE, "a tag")
         check("digest", pin.digest, DIGEST_RE, "sha256:<64 hex>")
     elif pin.kind in ("hf_model", "hf_file"):
@@ -313,21 +314,11 @@ def render(table: PinTable) -> str:
 
 
 def write(table: PinTable, path: Path) -> None:
-    """Atomic rewrite (temporary file in the same directory, rename)."""
-    path = Path(path)
+    """Atomic rewrite (tools/files/atomic.py)."""
     text = render(table)
     load_check = parse(text, str(path))  # never write what the reader would refuse
     assert load_check[1]["UNRESOLVED"] == table.unresolved
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic.write_text(Path(path), text)
 
 
 def workspace_table_path() -> Path:

@@ -24,7 +24,7 @@ def test_committed_table_loads_and_is_canonical() -> None:
 def test_the_sentinel_can_never_pass_as_a_value() -> None:
     sentinel = table.load(COMMITTED).unresolved
     for pattern in (table.DIGEST_RE, table.SHA256_RE, table.COMMIT_RE, table.TAG_RE):
-        assert not pattern.match(sentinel) and not pattern.match("sha256:" + sentinel)
+        assert not pattern.fullmatch(sentinel) and not pattern.fullmatch("sha256:" + sentinel)
     assert len(sentinel) not in (40, 64, 71) and not re.fullmatch(r"[0-9a-f]+", sentinel)
 
 
@@ -62,7 +62,7 @@ def _replace(old: str, new: str, tmp_path: Path) -> Path:
     ('"intended": "3.22",', '"intended": "3.22",\n        "tag": "3.22",', "unknown keys ['tag']"),
     ('"digest": "sha256:a3cf', '"digest": "sha256:A3CF', "is not sha256:<64 hex>"),
     ('"repository": "docker.io/library/alpine",', '"repository": "library/alpine",',
-     "HOST/PATH with an explicit registry host"),
+     "repository is not HOST/PATH with an explicit registry host"),
     ('PINS = {', 'PINS = dict(', "line"),
 ])
 def test_bad_tables_are_refused_naming_the_row(tmp_path, old, new, message) -> None:
