@@ -147,6 +147,19 @@ class Base:
         return Base(r.string("name"), r.digest("digest"), flavor)
 
 
+def _built(r: _Reader) -> dict[str, Any]:
+    """The keys facts and records share: what the build says about the image."""
+    return dict(
+        recipe=r.string("recipe", LABEL_RE),
+        series=r.string("series"),
+        digest=r.digest("digest"),
+        base=Base.read(r.sub("base", BASE_KEYS)),
+        patch_layer_digest=r.digest("patch_layer_digest"),
+        fingerprint=r.digest("fingerprint"),
+        patches=tuple(Patch.read(p) for p in r.items("patches", PATCH_KEYS)),
+    )
+
+
 @dataclass(frozen=True)
 class Facts:
     """What the build says about an image (the release_facts.json of a recipe)."""
@@ -163,16 +176,7 @@ class Facts:
     @staticmethod
     def from_json(obj: Any, where: str) -> "Facts":
         r = _Reader(obj, where, FACTS_KEYS, FACTS_FIX.format(recipe=_recipe_hint(obj, Path(where))))
-        return Facts(
-            recipe=r.string("recipe", LABEL_RE),
-            series=r.string("series"),
-            digest=r.digest("digest"),
-            base=Base.read(r.sub("base", BASE_KEYS)),
-            patch_layer_digest=r.digest("patch_layer_digest"),
-            fingerprint=r.digest("fingerprint"),
-            patches=tuple(Patch.read(p) for p in r.items("patches", PATCH_KEYS)),
-            base_lock_current=r.boolean("base_lock_current"),
-        )
+        return Facts(**_built(r), base_lock_current=r.boolean("base_lock_current"))
 
     @staticmethod
     def load(path: Path) -> "Facts":
@@ -218,15 +222,9 @@ class Record:
     def from_json(obj: Any, where: str) -> "Record":
         r = _Reader(obj, where, RECORD_KEYS, RECORD_FIX.format(recipe=_recipe_hint(obj, Path(where))))
         return Record(
-            recipe=r.string("recipe", LABEL_RE),
-            series=r.string("series"),
+            **_built(r),
             repository=r.string("repository", parse_repository),
             tag=r.string("tag", check_tag),
-            digest=r.digest("digest"),
-            base=Base.read(r.sub("base", BASE_KEYS)),
-            patch_layer_digest=r.digest("patch_layer_digest"),
-            fingerprint=r.digest("fingerprint"),
-            patches=tuple(Patch.read(p) for p in r.items("patches", PATCH_KEYS)),
             published=r.boolean("published"),
             source_revision=r.string("source_revision", REVISION_RE),
             recorded_at=r.string("recorded_at", TIME_RE),
