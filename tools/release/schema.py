@@ -79,12 +79,12 @@ class _Reader:
         elif check is not None:
             try:
                 check(value)
-            except ReferenceError as err:
-                self.fail(f"{key}: {err}")
+            except ReferenceError as err:  # its message names the key
+                self.fail(str(err))
         return value
 
     def digest(self, key: str) -> str:
-        return self.string(key, lambda v: check_digest(v, f"{key} {v!r}"))
+        return self.string(key, lambda v: check_digest(v, key))
 
     def boolean(self, key: str) -> bool:
         value = self.obj[key]
