@@ -32,24 +32,30 @@ SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 HF_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+VERSION_RE = re.compile(r"[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc|\.post)[0-9]+)?")
+LABEL_RE = re.compile(r"//[a-z0-9_/.-]*:[A-Za-z0-9_.-]+")
 TIME_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$")
 
-KINDS = ("image", "hf_model", "hf_file", "http_archive")
+KINDS = ("image", "hf_model", "hf_file", "http_archive", "sglang_candidate")
 # Per kind: the fields a row has (besides kind, description, provenance) and the resolved values.
 KIND_FIELDS = {
     "image": ("repository", "intended", "digest"),
     "hf_model": ("repository", "intended", "revision"),
     "hf_file": ("repository", "path", "intended", "revision", "sha256"),
     "http_archive": ("intended", "urls", "strip_prefix", "sha256"),
+    # An SGLang release the patch series may move to (`bazel run //patches:bump_check -- --to V`):
+    # its cp311 wheel, and the CPU base image and lock its stock tests run on (labels).
+    "sglang_candidate": ("intended", "urls", "sha256", "cpu_base", "cpu_lock"),
 }
 VALUE_FIELDS = {
     "image": ("digest",),
     "hf_model": ("revision",),
     "hf_file": ("revision", "sha256"),
     "http_archive": ("sha256",),
+    "sglang_candidate": ("sha256",),
 }
 FIELD_ORDER = ("kind", "description", "repository", "path", "intended", "urls", "strip_prefix",
-               "digest", "revision", "sha256", "provenance")
+               "digest", "revision", "sha256", "cpu_base", "cpu_lock", "provenance")
 
 
 class PinError(Exception):
@@ -76,6 +82,8 @@ class Pin:
     digest: str | None = None
     revision: str | None = None
     sha256: str | None = None
+    cpu_base: str | None = None  # sglang_candidate: image label, or UNRESOLVED when there is none
+    cpu_lock: str | None = None  # sglang_candidate: the lock file label of that base
     provenance: Provenance | None = None
     unresolved: str = field(default="", repr=False, compare=False)
 
@@ -211,6 +219,18 @@ def _check_pin(pin: Pin, where: str) -> Pin:
             if (pin.revision == sentinel) != (pin.sha256 == sentinel):
                 raise PinError(f"{row}: revision and sha256 are resolved together; run "
                                f"`{pin.resolve_command}`")
+    elif pin.kind == "sglang_candidate":
+        if pin.name != "sglang_src_" + str(pin.intended).replace(".", "_") or not VERSION_RE.fullmatch(str(pin.intended)):
+            raise PinError(f"{row}: a candidate row is named sglang_src_<version with _> after its "
+                           "intended version (the name of the source repository WORKSPACE makes)")
+        if len(pin.urls) != 1 or not pin.urls[0].startswith("https://") \
+                or not pin.urls[0].rsplit("/", 1)[1].startswith(f"sglang-{pin.intended}-"):
+            raise PinError(f"{row}: urls must be the one https:// URL of the sglang-{pin.intended} wheel")
+        check("sha256", pin.sha256, SHA256_RE, "64 hex (Bazel cannot fetch the wheel without it)", False)
+        check("cpu_base", pin.cpu_base, LABEL_RE, "an image label (//package:name)")
+        check("cpu_lock", pin.cpu_lock, LABEL_RE, "a lock file label (//package:name)")
+        if (pin.cpu_base == sentinel) != (pin.cpu_lock == sentinel):
+            raise PinError(f"{row}: cpu_base and cpu_lock are known together (the lock the base installs)")
     else:
         if not pin.urls or not all(isinstance(u, str) and u.startswith("https://") for u in pin.urls):
             raise PinError(f"{row}: urls must be a non-empty list of https:// URLs")
