@@ -29,11 +29,11 @@ if __package__ in (None, ""):
 from ruamel.yaml import YAML  # noqa: E402
 
 from pins import table as pin_table  # noqa: E402
-from tools.release import record as release_record  # noqa: E402
+from tools.oci.reference import ReferenceError, parse_reference  # noqa: E402
+from tools.release import schema  # noqa: E402
 
 # No resolve(): under Bazel the runfiles tree (not the source tree) holds the bound records.
 RECORDS_DIR = Path(os.path.abspath(__file__)).parent.parent / "recipes" / "releases"
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 # ${VAR:-default} or a literal: the value a kill switch may take.
 SWITCH_VALUE_RE = re.compile(r"^(?:\$\{[A-Z_][A-Z0-9_]*:-(?P<default>[^}]*)\}|(?P<literal>.*))$")
 NUMBER_RE = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
@@ -118,26 +118,33 @@ def _pin_reasons(where: str, services: Mapping[str, Any], pins: pin_table.PinTab
 
 
 def _engine_reasons(where: str, services: Mapping[str, Any], pins: pin_table.PinTable,
-                    records: Mapping[str, release_record.Record]) -> list[Reason]:
+                    records: Mapping[str, schema.Record]) -> list[Reason]:
     out = []
     for name, service in services.items():
         if not isinstance(service, Mapping) or not isinstance(service.get("image"), str):
             continue
         image = service["image"]
-        repository, _, digest = image.partition("@")
-        if digest == pins.unresolved:
+        try:
+            ref = parse_reference(image, f"services.{name}.image", unresolved=pins.unresolved)
+        except ReferenceError as err:
+            out.append(Reason(f"{where}: {err}", "bazel run //compose:update"))
+            continue
+        if ref.unresolved:
             continue  # reported as an unresolved pin
-        record = records.get(image)
+        if ref.digest is None:
+            out.append(Reason(f"{where}: services.{name}.image {image} is not pinned by digest",
+                              "bazel run //compose:update"))
+            continue
+        record = records.get(ref.pinned)  # the digest wins: a tag beside it changes nothing
         if record is None:
-            if pins.by_image_repository(repository) is None:
-                kind = "is not pinned by digest" if not DIGEST_RE.match(digest) else \
-                    "is neither a pin of the pin table nor a release record of this checkout"
-                out.append(Reason(f"{where}: services.{name}.image {image} {kind}",
+            pin = pins.by_image_repository(str(ref.repository))
+            if pin is None:
+                out.append(Reason(f"{where}: services.{name}.image {image} is neither a pin of the "
+                                  "pin table nor a release record of this checkout",
                                   "bazel run //compose:update"))
-            elif pins.by_image_repository(repository).image != image:
+            elif pin.image != ref.pinned:
                 out.append(Reason(f"{where}: services.{name}.image {image} is not the pinned "
-                                  f"{pins.by_image_repository(repository).image}",
-                                  "bazel run //compose:update"))
+                                  f"{pin.image}", "bazel run //compose:update"))
             continue
         where_to = dict(recipe=record.recipe, repository=record.repository)
         if record.base.flavor != "production":
@@ -148,14 +155,14 @@ def _engine_reasons(where: str, services: Mapping[str, Any], pins: pin_table.Pin
                               RELEASE_FIX.format(**where_to)))
         if not record.published:
             out.append(Reason(f"{where}: services.{name} runs {record.recipe} "
-                              f"({record.immutable_ref}), which is not published",
+                              f"({record.image}), which is not published",
                               PUSH_FIX.format(**where_to)))
         out += _switch_reasons(where, name, service, record)
     return out
 
 
 def _switch_reasons(where: str, name: str, service: Mapping[str, Any],
-                    record: release_record.Record) -> list[Reason]:
+                    record: schema.Record) -> list[Reason]:
     env = service.get("environment")
     if not isinstance(env, Mapping):
         return []
@@ -174,18 +181,17 @@ def _switch_reasons(where: str, name: str, service: Mapping[str, Any],
     return out
 
 
-def load_records(directory: Path = RECORDS_DIR) -> dict[str, release_record.Record]:
+def load_records(directory: Path = RECORDS_DIR) -> dict[str, schema.Record]:
     """Release records by the image they name (repository@digest)."""
     records = {}
     for path in sorted(Path(directory).glob("*.json")):
-        record = release_record.load(path)
-        if record is not None:
-            records[record.immutable_ref] = record
+        record = schema.read(path)
+        records[record.image] = record
     return records
 
 
 def reasons_in(doc: Any, where: str, pins: pin_table.PinTable,
-               records: Mapping[str, release_record.Record]) -> list[Reason]:
+               records: Mapping[str, schema.Record]) -> list[Reason]:
     """The reasons for a parsed compose document (the generator asks before writing a header)."""
     services = doc.get("services") if isinstance(doc, Mapping) else None
     if not isinstance(services, Mapping) or not services:
@@ -211,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         path = file if file.is_absolute() else base / file
         try:
             listed = reasons(path)
-        except (OSError, pin_table.PinError, release_record.RecordError) as err:
+        except (OSError, pin_table.PinError, schema.RecordError) as err:
             print(f"{file}: error: {err}", file=sys.stderr)
             return 2
         for reason in listed:

@@ -9,7 +9,7 @@ import pytest
 
 from compose import deployable
 from pins import table
-from tools.release.record import Base, Patch, Record
+from tools.release.schema import Base, Patch, Record
 
 SENTINEL = table.load().unresolved
 DIGEST = "sha256:" + "a" * 64
@@ -56,7 +56,7 @@ def _doc(pins: table.PinTable, switch: str = "${GLM53_R1_EVENT_LOOP_STALL_DUMP_S
 
 
 def _reasons(pins: table.PinTable, record: Record, doc: dict | None = None) -> list[deployable.Reason]:
-    return deployable.reasons_in(doc or _doc(pins), "f.yaml", pins, {record.immutable_ref: record})
+    return deployable.reasons_in(doc or _doc(pins), "f.yaml", pins, {record.image: record})
 
 
 def test_resolved_pins_and_a_published_production_release_are_deployable() -> None:
@@ -106,10 +106,32 @@ def test_tag_pinned_image_and_stray_sentinel() -> None:
     assert any("services.extra.command[0] holds the UNRESOLVED sentinel" in m for m in messages)
 
 
+def test_tag_beside_the_digest_changes_nothing() -> None:
+    """A reference may carry a tag and a digest: the digest decides, for pins and releases alike."""
+    pins = _pins(True)
+    doc = _doc(pins)
+    doc["services"]["nginx"]["image"] = f"docker.io/library/nginx:1.29-alpine@{DIGEST}"
+    doc["services"]["engine-r1"]["image"] = f"docker.io/nearai/sglang-glm53:glm53-v3@{ENGINE_DIGEST}"
+    assert _reasons(pins, _record(), doc) == []
+    doc["services"]["nginx"]["image"] = "docker.io/library/nginx:1.29-alpine@sha256:" + "e" * 64
+    messages = [r.message for r in _reasons(pins, _record(), doc)]
+    assert messages == [f"f.yaml: services.nginx.image docker.io/library/nginx:1.29-alpine@sha256:{'e' * 64} "
+                        f"is not the pinned docker.io/library/nginx@{DIGEST}"]
+
+
+def test_malformed_image_reference_is_named() -> None:
+    pins = _pins(True)
+    doc = _doc(pins)
+    doc["services"]["nginx"]["image"] = f"docker.io/library/nginx@{DIGEST}@{DIGEST}"
+    messages = [r.message for r in _reasons(pins, _record(), doc)]
+    assert len(messages) == 1 and "f.yaml: services.nginx.image" in messages[0]
+    assert "sha256:<64 lowercase hex>" in messages[0]
+
+
 def test_cli_prints_one_line_per_reason_and_exits_1(tmp_path: Path, capsys, monkeypatch) -> None:
     pins = _pins(False)
     monkeypatch.setattr(deployable.pin_table, "load", lambda: pins)
-    monkeypatch.setattr(deployable, "load_records", lambda: {_record().immutable_ref: _record()})
+    monkeypatch.setattr(deployable, "load_records", lambda: {_record().image: _record()})
     from ruamel.yaml import YAML
     path = tmp_path / "f.yaml"
     with path.open("w") as fh:

@@ -44,6 +44,24 @@ def _unpinned_image_impl(rctx):
 # does) fails with the command above instead of "no such package".
 _unpinned_image = repository_rule(implementation = _unpinned_image_impl)
 
+def pin_sglang_candidates():
+    """The bump check's table, {version: {wheel, url, sha256, cpu_base, cpu_lock}}, of the
+    sglang_candidate rows; an UNRESOLVED cpu_base/cpu_lock (no CPU base for that release) is None."""
+    out = {}
+    for name in sorted(PINS.keys()):
+        row = PINS[name]
+        if row["kind"] != "sglang_candidate":
+            continue
+        url = row["urls"][0]
+        out[row["intended"]] = {
+            "wheel": url.rsplit("/", 1)[-1],
+            "url": url,
+            "sha256": row["sha256"],
+            "cpu_base": None if row["cpu_base"] == UNRESOLVED else row["cpu_base"],
+            "cpu_lock": None if row["cpu_lock"] == UNRESOLVED else row["cpu_lock"],
+        }
+    return out
+
 def pin_oci_pull(name, **kwargs):
     """oci_pull(name, **kwargs) of an image row; while it is unresolved, a repository that explains itself."""
     row = pin(name)

@@ -126,6 +126,20 @@ PINS = {
             "source": "https://pypi.org/project/sglang/0.5.19/",
         },
     },
+    "sglang_src_0_5_23": {
+        "kind": "sglang_candidate",
+        "description": "A candidate SGLang release for the bump check: the sglang 0.5.23 cp311 wheel (its CPU base runs the series' stock tests)",
+        "intended": "0.5.23",
+        "urls": ["https://files.pythonhosted.org/packages/57/dd/0206d00b2ea5b163bbdd216e91cc4f23ea90fde8620db0a6272d4236b68e/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl"],
+        "sha256": "00b3cd5b265ac76c64185fbb6b95424f324ddd9f428d0306b77bc9db9d859937",
+        "cpu_base": "//recipes/bases:sglang_cpu_0_5_23",
+        "cpu_lock": "//third_party/python:sglang_cpu_0_5_23.lock",
+        "provenance": {
+            "resolved_at": "2026-12-01T09:41:42Z",
+            "command": "sha256 of the file at the URL, as fetched and verified by Bazel's http_archive",
+            "source": "https://pypi.org/project/sglang/0.5.23/",
+        },
+    },
     "uv": {
         "kind": "image",
         "description": "uv on Python 3.11: the model downloader and the perception check",

@@ -135,7 +135,7 @@ def resolve(pins: table.PinTable, names: list[str], args: argparse.Namespace, sk
         elif pin.kind in ("hf_model", "hf_file"):
             new = resolve_hf(pin, args.tag, args.hub_endpoint, args.allow_tag_move, now)
         else:
-            raise ResolveError(f"pin {name} is an http_archive: Bazel checks its sha256 on every "
+            raise ResolveError(f"pin {name} is an {pin.kind}: Bazel checks its sha256 on every "
                                "fetch; change its URL and sha256 together by hand and review")
         pins = pins.with_pin(new)
         value = ", ".join(f"{k} {getattr(new, k)}" for k in table.VALUE_FIELDS[new.kind])

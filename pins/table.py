@@ -14,11 +14,13 @@ from __future__ import annotations
 import ast
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
+
+from tools.files import atomic
+from tools.oci.reference import DIGEST_RE, TAG_RE, ReferenceError, parse_repository
 
 # No resolve(): under Bazel the runfiles copy is the one bound as data.
 DEFAULT_PATH = Path(os.path.abspath(__file__)).parent / "repository_locations.bzl"
@@ -26,32 +28,34 @@ DEFAULT_PATH = Path(os.path.abspath(__file__)).parent / "repository_locations.bz
 WORKSPACE_RELATIVE = Path("pins") / "repository_locations.bzl"
 RESOLVE_COMMAND = "bazel run //pins:resolve -- {name}"
 
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
-IMAGE_REPO_RE = re.compile(r"^[a-z0-9.-]+\.[a-z]+(?::[0-9]+)?/[a-z0-9._-]+(?:/[a-z0-9._-]+)*$|"
-                           r"^127\.0\.0\.1:[0-9]+/[a-z0-9._-]+(?:/[a-z0-9._-]+)*$")
 HF_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+VERSION_RE = re.compile(r"[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc|\.post)[0-9]+)?")
+LABEL_RE = re.compile(r"//[a-z0-9_/.-]*:[A-Za-z0-9_.-]+")
 TIME_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$")
 
-KINDS = ("image", "hf_model", "hf_file", "http_archive")
+KINDS = ("image", "hf_model", "hf_file", "http_archive", "sglang_candidate")
 # Per kind: the fields a row has (besides kind, description, provenance) and the resolved values.
 KIND_FIELDS = {
     "image": ("repository", "intended", "digest"),
     "hf_model": ("repository", "intended", "revision"),
     "hf_file": ("repository", "path", "intended", "revision", "sha256"),
     "http_archive": ("intended", "urls", "strip_prefix", "sha256"),
+    # An SGLang release the patch series may move to (`bazel run //patches:bump_check -- --to V`):
+    # its cp311 wheel, and the CPU base image and lock its stock tests run on (labels).
+    "sglang_candidate": ("intended", "urls", "sha256", "cpu_base", "cpu_lock"),
 }
 VALUE_FIELDS = {
     "image": ("digest",),
     "hf_model": ("revision",),
     "hf_file": ("revision", "sha256"),
     "http_archive": ("sha256",),
+    "sglang_candidate": ("sha256",),
 }
 FIELD_ORDER = ("kind", "description", "repository", "path", "intended", "urls", "strip_prefix",
-               "digest", "revision", "sha256", "provenance")
+               "digest", "revision", "sha256", "cpu_base", "cpu_lock", "provenance")
 
 
 class PinError(Exception):
@@ -78,6 +82,8 @@ class Pin:
     digest: str | None = None
     revision: str | None = None
     sha256: str | None = None
+    cpu_base: str | None = None  # sglang_candidate: image label, or UNRESOLVED when there is none
+    cpu_lock: str | None = None  # sglang_candidate: the lock file label of that base
     provenance: Provenance | None = None
     unresolved: str = field(default="", repr=False, compare=False)
 
@@ -167,10 +173,10 @@ def parse(text: str, where: str) -> tuple[str, dict[str, Any]]:
 def _check_sentinel(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value:
         raise PinError(f"{where}: UNRESOLVED must be a non-empty string")
-    if any(r.match(value) or r.match(value.removeprefix("sha256:"))
+    if any(r.fullmatch(value) or r.fullmatch(value.removeprefix("sha256:"))
            for r in (DIGEST_RE, SHA256_RE, COMMIT_RE)) or re.fullmatch(r"[0-9a-fA-F:]*", value):
         raise PinError(f"{where}: UNRESOLVED = {value!r} could pass as a digest or commit")
-    if len(value) in (40, 64, 71) or TAG_RE.match(value):
+    if len(value) in (40, 64, 71) or TAG_RE.fullmatch(value):
         raise PinError(f"{where}: UNRESOLVED = {value!r} must not be a valid tag, 40, 64 or 71 "
                        "characters long")
     return value
@@ -184,7 +190,7 @@ def _check_pin(pin: Pin, where: str) -> Pin:
               may_be_unresolved: bool = True) -> None:
         if may_be_unresolved and value == sentinel:
             return
-        if not isinstance(value, str) or not pattern.match(value):
+        if not isinstance(value, str) or not pattern.fullmatch(value):
             hint = " or UNRESOLVED" if may_be_unresolved else ""
             raise PinError(f"{row}: {name} = {value!r} is not {what}{hint}")
 
@@ -195,7 +201,10 @@ def _check_pin(pin: Pin, where: str) -> Pin:
     if not isinstance(pin.description, str) or not pin.description:
         raise PinError(f"{row}: description must say what the artifact is")
     if pin.kind == "image":
-        check("repository", pin.repository, IMAGE_REPO_RE, "HOST/PATH with an explicit registry host", False)
+        try:
+            parse_repository(pin.repository)
+        except ReferenceError as err:
+            raise PinError(f"{row}: repository is not HOST/PATH with an explicit registry host: {err}") from None
         check("intended", pin.intended, TAG_RE, "a tag")
         check("digest", pin.digest, DIGEST_RE, "sha256:<64 hex>")
     elif pin.kind in ("hf_model", "hf_file"):
@@ -210,6 +219,18 @@ def _check_pin(pin: Pin, where: str) -> Pin:
             if (pin.revision == sentinel) != (pin.sha256 == sentinel):
                 raise PinError(f"{row}: revision and sha256 are resolved together; run "
                                f"`{pin.resolve_command}`")
+    elif pin.kind == "sglang_candidate":
+        if pin.name != "sglang_src_" + str(pin.intended).replace(".", "_") or not VERSION_RE.fullmatch(str(pin.intended)):
+            raise PinError(f"{row}: a candidate row is named sglang_src_<version with _> after its "
+                           "intended version (the name of the source repository WORKSPACE makes)")
+        if len(pin.urls) != 1 or not pin.urls[0].startswith("https://") \
+                or not pin.urls[0].rsplit("/", 1)[1].startswith(f"sglang-{pin.intended}-"):
+            raise PinError(f"{row}: urls must be the one https:// URL of the sglang-{pin.intended} wheel")
+        check("sha256", pin.sha256, SHA256_RE, "64 hex (Bazel cannot fetch the wheel without it)", False)
+        check("cpu_base", pin.cpu_base, LABEL_RE, "an image label (//package:name)")
+        check("cpu_lock", pin.cpu_lock, LABEL_RE, "a lock file label (//package:name)")
+        if (pin.cpu_base == sentinel) != (pin.cpu_lock == sentinel):
+            raise PinError(f"{row}: cpu_base and cpu_lock are known together (the lock the base installs)")
     else:
         if not pin.urls or not all(isinstance(u, str) and u.startswith("https://") for u in pin.urls):
             raise PinError(f"{row}: urls must be a non-empty list of https:// URLs")
@@ -313,21 +334,11 @@ def render(table: PinTable) -> str:
 
 
 def write(table: PinTable, path: Path) -> None:
-    """Atomic rewrite (temporary file in the same directory, rename)."""
-    path = Path(path)
+    """Atomic rewrite (tools/files/atomic.py)."""
     text = render(table)
     load_check = parse(text, str(path))  # never write what the reader would refuse
     assert load_check[1]["UNRESOLVED"] == table.unresolved
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic.write_text(Path(path), text)
 
 
 def workspace_table_path() -> Path:

@@ -23,13 +23,14 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+from tools.oci.reference import pinned_digest
 from validators import cli, nginx_conf
 from validators.compose_doc import (ComposeFile, Finding, InterpolationError, LoadError,
                                     command_argv, env_map, interpolate, join_path, labels_map,
                                     load_yaml_text)
 from validators.glm53_contract import (W4AFP8_LONG_CONTEXT, FileContract, LongTierOverlay,
                                        ReplicaContract)
-from validators.releases import (ReleaseError, Releases, image_digest, load_release_dir,
+from validators.releases import (ReleaseError, Releases, carries_split, load_release_dir,
                                  load_releases)
 from validators.secrets import shown
 from validators.telemetry import collector_config
@@ -179,14 +180,14 @@ def split_gate_findings(compose: ComposeFile, name: str, releases: Releases | No
             f"{QSPLIT}=1 or use --chunked-prefill-size 8192")))
     if split_on:
         image = str(service.get("image", ""))
-        digest = image_digest(image)
+        digest = pinned_digest(image)
         record = releases.by_digest(digest) if releases and digest else None
         if record is None:
             where = releases.directory if releases else "no release records"
             findings.append(compose.finding(join_path(base, "image"), (
                 f"split gate: {QSPLIT}=1 requires an image whose release carries the "
                 f"dsa-indexer-qsplit patch, but {image!r} matches no release record ({where})")))
-        elif not record.carries_split:
+        elif not carries_split(record):
             findings.append(compose.finding(join_path(base, "image"), (
                 f"split gate: {QSPLIT}=1 requires an image whose release carries the "
                 f"dsa-indexer-qsplit patch; {record.recipe} (series {record.series}) does not "

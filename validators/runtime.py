@@ -35,10 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from tools.oci.reference import pinned_digest
+from tools.release.schema import Record
 from validators import cli, nginx_conf, nginx_probe, secrets, topology
 from validators.compose_doc import Finding, command_argv, join_path
 from validators.model import Model, default_compose_bin, load_model
-from validators.releases import Release, Releases, ReleaseError, image_digest, load_release_dir
+from validators.releases import Releases, ReleaseError, load_release_dir
 from validators.tier import TIERS, Tier
 from validators.topology import (inference_proxies, is_nginx_service, listen_ports,
                                  location_of, nginx_configs, proxy_routes, upstream_hosts)
@@ -329,8 +331,8 @@ def identity_findings(model: Model, ctx: Context) -> list[Finding]:
         service = model.services[name]
         labels = service.get("labels") or {}
         base = join_path("services", name, "labels")
-        digest = image_digest(str(service.get("image") or ""))
-        release: Release | None = ctx.releases.by_digest(digest) if ctx.releases and digest else None
+        digest = pinned_digest(service.get("image"))
+        release: Record | None = ctx.releases.by_digest(digest) if ctx.releases and digest else None
         if release is None:
             findings.append(model.finding(join_path("services", name, "image"), (
                 "engine-identity: the image matches no release record"
@@ -368,7 +370,7 @@ def identity_findings(model: Model, ctx: Context) -> list[Finding]:
                 offload = series_patches(ctx.series_dir, marker.series)
             except ReleaseError as exc:
                 return findings + [model.finding("", f"engine-identity: {exc}")]
-        carries = bool(offload) and set(offload) <= set(release.patches)
+        carries = bool(offload) and set(offload) <= release.patch_names
         has = f"-{marker.marker}-" in f"-{variant}-"
         if has != carries:
             findings.append(model.finding(join_path(base, key), (

@@ -18,6 +18,7 @@ import sys
 from typing import Any, Mapping
 
 from pins import table as pin_table
+from tools.oci.reference import ReferenceError, parse_reference
 from validators import cli
 from validators.secrets import shown
 from validators.compose_doc import (ComposeFile, Finding, config_contents, depends_on_names,
@@ -27,7 +28,6 @@ from validators.topology import (all_proxied_hosts, engines, inference_proxies, 
 
 VALIDATOR = "service-contracts"
 
-DIGEST_PINNED = re.compile(r"^[a-z0-9][a-z0-9._/:-]*(:[\w.-]+)?@sha256:[0-9a-f]{64}$")
 PROXY_REQUIRED_ENV = ("WEB_CONTEXT_SEARCH_URL", "WEB_CONTEXT_SEARCH_API_KEY")
 REGISTRAR = "model-proxy-registrar"
 # Probes of the inference API the registrar makes; each must authenticate.
@@ -141,9 +141,13 @@ def digest_findings(compose: ComposeFile) -> list[Finding]:
             continue
         # An image whose pin is unresolved is pinned to the pin table's sentinel; the
         # deployability gate (//compose:deployable) reports it, with the resolve command.
-        if str(image).endswith("@" + pin_table.load().unresolved):
+        try:
+            ref = parse_reference(image, "image", unresolved=pin_table.load().unresolved)
+        except ReferenceError as err:
+            findings.append(compose.finding(join_path(where, "image"), (
+                f"{err}; use <host>/<repository>[:tag]@sha256:<64 hex>")))
             continue
-        if not DIGEST_PINNED.match(str(image)):
+        if not ref.unresolved and ref.digest is None:
             findings.append(compose.finding(join_path(where, "image"), (
                 f"image {image!r} is not pinned by digest: use <repository>@sha256:<64 hex> "
                 "(a tag can move under a running deployment)")))

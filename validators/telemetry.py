@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from tools.oci.reference import pinned_digest
 from validators import cli
 from validators.compose_doc import (CI_DUMMY_ENV, ComposeFile, Finding, InterpolationError,
                                     LoadError, config_contents, interpolate, join_path,
@@ -225,7 +225,7 @@ def _agreement(compose: ComposeFile, name: str, service: Mapping[str, Any], otel
     """engine_image and config_variant: one value across log tags, OTel label and scrape job."""
     findings = []
     base = join_path("services", name, "labels")
-    digest = re.search(r"@sha256:([0-9a-f]{64})$", str(service.get("image", "")))
+    digest = pinned_digest(service.get("image"))
     for key in AGREEING_KEYS:
         seen: dict[str, str | None] = {"OTel label": otel.get(key)}
         if entry is not None:
@@ -245,7 +245,7 @@ def _agreement(compose: ComposeFile, name: str, service: Mapping[str, Any], otel
             detail = ", ".join(f"{c} {v!r}" for c, v in seen.items())
             findings.append(compose.finding(base, f"{key} disagrees across consumers: {detail}"))
         if key == "engine_image" and digest:
-            expected = digest.group(1)[:12]
+            expected = digest.split(":", 1)[1][:12]
             for consumer, value in seen.items():
                 if value is not None and value != expected:
                     findings.append(compose.finding(base, (

@@ -6,18 +6,23 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from tools.oci.reference import ReferenceError, parse_reference
 from validators import nginx_conf
 from validators.compose_doc import (CI_DUMMY_ENV, ComposeFile, InterpolationError, command_argv,
                                     config_contents, env_map, interpolate)
 
 
 def image_repository(image: str) -> str:
-    """`docker.io/library/nginx:1.27@sha256:…` -> `docker.io/library/nginx`."""
-    ref = image.split("@", 1)[0]
-    last = ref.rsplit("/", 1)
-    if ":" in last[-1]:
-        ref = ref.rsplit(":", 1)[0]
-    return ref
+    """`docker.io/library/nginx:1.27@sha256:…` -> `docker.io/library/nginx`.
+
+    Only names services, so a malformed reference (services.py reports it) gives its text
+    before any digest instead of an error.
+    """
+    name = image.partition("@")[0]
+    try:
+        return str(parse_reference(name).repository)
+    except ReferenceError:
+        return name
 
 
 def is_inference_proxy(name: str, service: Mapping[str, Any]) -> bool:

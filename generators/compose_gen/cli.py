@@ -7,9 +7,11 @@ import os
 import sys
 from pathlib import Path
 
+from tools.files import atomic
+
 from .errors import GenerationError
 from .generate import (COMMON_TABLE, UPDATE_COMMAND, default_deployment_tables, drift,
-                       generate_all, write_atomic)
+                       generate_all)
 from .releases import load_releases
 
 
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         directory = compose_dir(args)
         if args.write:
             for name, out in sorted(outputs.items()):
-                write_atomic(directory, name, out.text)
+                atomic.write_text(directory / name, out.text)
                 print(f"wrote {directory / name}")
             return 0
         problems = drift(directory, outputs)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -13,7 +12,6 @@ from ruamel.yaml import YAML
 
 from compose import deployable
 from pins import table as pin_table
-from tools.release import record as release_record
 
 from . import compose, tables
 from .releases import ReleaseRecord
@@ -55,7 +53,7 @@ def header(rd: ResolvedDeployment, reasons: list[deployable.Reason]) -> str:
         rec = r.release
         lines.append(f"  r{r.row.index} {r.service}: {rec.image}")
         lines.append(f"      recipe {rec.recipe}, release {rec.tag} (series {rec.series}, "
-                     f"{rec.base_flavor} base, "
+                     f"{rec.base.flavor} base, "
                      f"{'published' if rec.published else 'NOT published yet'})")
     check = DEPLOYABLE_COMMAND.format(file=info.file)
     if reasons:
@@ -68,7 +66,7 @@ def header(rd: ResolvedDeployment, reasons: list[deployable.Reason]) -> str:
 
 def verdict(rd: ResolvedDeployment, body: str, pins: pin_table.PinTable) -> list[deployable.Reason]:
     """The deployability gate's reasons for the generated body (same code as the gate)."""
-    records = {r.release.image: release_record.load(Path(r.release.path)) for r in rd.replicas}
+    records = {r.release.image: r.release for r in rd.replicas}
     doc = YAML(typ="safe").load(body)
     return deployable.reasons_in(doc, f"compose/{rd.deployment.info.file}", pins, records)
 
@@ -101,21 +99,6 @@ def generate_all(deployment_tables: list[Path], records: Mapping[str, ReleaseRec
                                     f"{outputs[out.file].resolved.deployment.path}")
         outputs[out.file] = out
     return outputs
-
-
-def write_atomic(directory: Path, name: str, text: str) -> None:
-    """Replaces directory/name in one rename, so readers never see a half-written file."""
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, directory / name)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def drift(directory: Path, outputs: Mapping[str, Output], shown_dir: str = "compose") -> list[str]:

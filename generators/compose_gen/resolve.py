@@ -82,7 +82,7 @@ def _release_for(deployment: Deployment, row: Replica,
     if row.dsa_qsplit and not record.has_qsplit:
         capable = ", ".join(sorted(n for n, r in records.items() if r.has_qsplit)) or "none bound"
         raise TableError(deployment.path, "replicas", row.row,
-                         f"dsa_qsplit = true but release {row.release} ({record.path}) lacks the "
+                         f"dsa_qsplit = true but release {row.release} ({record.source}) lacks the "
                          f"{QSPLIT_PATCH} patch, so SGLANG_DSA_INDEXER_QSPLIT=1 would do nothing; "
                          f"set dsa_qsplit = false or use a release that carries it ({capable})")
     return record

@@ -42,7 +42,7 @@ def test_print_one_file(capsys):
 
 def test_error_exit_code_and_message(capsys):
     assert cli.main(["--release=glm53_v1=/nonexistent.json", "--print", LC]) == 2
-    assert "no release record for glm53_v1" in capsys.readouterr().err
+    assert "no release record for //recipes:glm53_v1" in capsys.readouterr().err
 
 
 def test_write_needs_a_target(monkeypatch, capsys):

@@ -24,7 +24,7 @@ def test_committed_table_loads_and_is_canonical() -> None:
 def test_the_sentinel_can_never_pass_as_a_value() -> None:
     sentinel = table.load(COMMITTED).unresolved
     for pattern in (table.DIGEST_RE, table.SHA256_RE, table.COMMIT_RE, table.TAG_RE):
-        assert not pattern.match(sentinel) and not pattern.match("sha256:" + sentinel)
+        assert not pattern.fullmatch(sentinel) and not pattern.fullmatch("sha256:" + sentinel)
     assert len(sentinel) not in (40, 64, 71) and not re.fullmatch(r"[0-9a-f]+", sentinel)
 
 
@@ -62,8 +62,15 @@ def _replace(old: str, new: str, tmp_path: Path) -> Path:
     ('"intended": "3.22",', '"intended": "3.22",\n        "tag": "3.22",', "unknown keys ['tag']"),
     ('"digest": "sha256:a3cf', '"digest": "sha256:A3CF', "is not sha256:<64 hex>"),
     ('"repository": "docker.io/library/alpine",', '"repository": "library/alpine",',
-     "HOST/PATH with an explicit registry host"),
+     "repository is not HOST/PATH with an explicit registry host"),
     ('PINS = {', 'PINS = dict(', "line"),
+    # sglang_candidate rows: the bump check's candidate releases
+    ('"sglang_src_0_5_23": {', '"sglang_src_0_5_24": {', "is named sglang_src_<version with _>"),
+    ('"cpu_base": "//recipes/bases:sglang_cpu_0_5_23",', '"cpu_base": "sglang_cpu_0_5_23",',
+     "cpu_base = 'sglang_cpu_0_5_23' is not an image label (//package:name) or UNRESOLVED"),
+    ('"cpu_base": "//recipes/bases:sglang_cpu_0_5_23",', '"cpu_base": UNRESOLVED,',
+     "cpu_base and cpu_lock are known together"),
+    ('"sha256": "00b3cd5b', '"sha256": "00b3cd5B', "is not 64 hex (Bazel cannot fetch the wheel without it)"),
 ])
 def test_bad_tables_are_refused_naming_the_row(tmp_path, old, new, message) -> None:
     if old == 'PINS = {':
@@ -89,6 +96,16 @@ def test_two_rows_for_one_image_repository(tmp_path) -> None:
     path = _replace('"repository": "docker.io/curlimages/curl",', '"repository": "docker.io/library/alpine",', tmp_path)
     with pytest.raises(table.PinError, match="pins alpine and curl both name docker.io/library/alpine"):
         table.load(path)
+
+
+def test_a_candidate_without_a_cpu_base_is_unresolved_there(tmp_path) -> None:
+    text = COMMITTED.read_text()
+    for key in ("cpu_base", "cpu_lock"):
+        start = text.index(f'        "{key}": "//', text.index('"sglang_src_0_5_23": {'))
+        text = text[:start] + f'        "{key}": UNRESOLVED,' + text[text.index("\n", start):]
+    pin = table.load(_write(tmp_path, text)).pins["sglang_src_0_5_23"]
+    assert pin.resolved and pin.cpu_base == pin.cpu_lock == pin.unresolved
+    assert table.render(table.load(tmp_path / "repository_locations.bzl")) == text
 
 
 def test_the_series_base_is_the_pinned_source_wheel() -> None:

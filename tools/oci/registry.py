@@ -1,6 +1,7 @@
 """The one registry client: repository names and the skopeo calls that push and pull.
 
-A repository is HOST[:PORT]/PATH (e.g. docker.io/nearai/sglang-glm53, 127.0.0.1:5000/test/x).
+A repository is HOST[:PORT]/PATH (e.g. docker.io/nearai/sglang-glm53, 127.0.0.1:5000/test/x;
+the grammar is tools/oci/reference.py's).
 TLS verification is only turned off for loopback registries (127.0.0.1, localhost, [::1]),
 which is what the project's tests run; every other registry is spoken to over verified TLS.
 Credentials: skopeo's own lookup ($REGISTRY_AUTH_FILE, then its default auth files, which
@@ -15,87 +16,17 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-# The tag grammar of the OCI distribution spec (and the upstream publish workflow).
-TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-_HOST_RE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*|\[[0-9a-fA-F:]+\])(?::[0-9]{1,5})?$")
-_PATH_COMPONENT_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
-
-
-class RefError(ValueError):
-    """A repository, tag or digest is malformed; the message says what the grammar is."""
+# The grammar is tools/oci/reference.py's; RefError is its error under the name callers use.
+from tools.oci.reference import ReferenceError as RefError  # noqa: F401
+from tools.oci.reference import Repository, check_digest, check_tag, parse_repository  # noqa: F401
 
 
 class RegistryError(Exception):
     """skopeo failed or the registry answered something unexpected."""
-
-
-@dataclass(frozen=True)
-class Repository:
-    host: str  # with :port when given
-    path: str
-
-    def __str__(self) -> str:
-        return f"{self.host}/{self.path}"
-
-    @property
-    def is_loopback(self) -> bool:
-        if self.host.startswith("["):
-            hostname = self.host[: self.host.index("]") + 1]
-        else:
-            hostname = self.host.split(":")[0]
-        return hostname in LOOPBACK_HOSTS
-
-    def docker_ref(self, tag: str | None = None, digest: str | None = None) -> str:
-        if digest:
-            return f"docker://{self}@{digest}"
-        return f"docker://{self}:{tag}"
-
-
-def parse_repository(value: str) -> Repository:
-    """HOST[:PORT]/PATH; the host is required so a record never depends on a default registry."""
-    host, sep, path = value.partition("/")
-    if not sep or not path:
-        raise RefError(
-            f"repository {value!r}: expected HOST[:PORT]/PATH, e.g. docker.io/nearai/sglang-glm53"
-        )
-    if "." not in host and ":" not in host and host != "localhost":
-        raise RefError(
-            f"repository {value!r}: {host!r} is not a registry host; write the host explicitly"
-            f" (e.g. docker.io/{value})"
-        )
-    if not _HOST_RE.match(host):
-        raise RefError(f"repository {value!r}: {host!r} is not a valid HOST[:PORT]")
-    if "@" in path or ":" in path:
-        raise RefError(f"repository {value!r}: give the tag with --tag, not in the repository")
-    for component in path.split("/"):
-        if not _PATH_COMPONENT_RE.match(component):
-            raise RefError(
-                f"repository {value!r}: path component {component!r} must be lowercase"
-                " [a-z0-9] separated by '.', '_', '__' or '-'"
-            )
-    return Repository(host, path)
-
-
-def check_tag(tag: str) -> str:
-    if not TAG_RE.match(tag):
-        raise RefError(
-            f"tag {tag!r} is not allowed: it must match {TAG_RE.pattern}"
-            " (letters, digits, '.', '_', '-', at most 128 characters, not starting with '.' or '-')"
-        )
-    return tag
-
-
-def check_digest(digest: str, where: str) -> str:
-    if not DIGEST_RE.match(digest):
-        raise RefError(f"{where}: {digest!r} is not sha256:<64 lowercase hex>")
-    return digest
 
 
 @dataclass(frozen=True)

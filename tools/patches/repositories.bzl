@@ -1,7 +1,7 @@
 """WORKSPACE API: SGLang wheels unpacked as source trees the patch series apply to.
 
     load("//tools/patches:repositories.bzl", "sglang_source_archive", "sglang_source_archives")
-    sglang_source_archives(SGLANG_CANDIDATES)   # @sglang_src_<version with _> per row
+    sglang_source_archives(pin_sglang_candidates())   # @sglang_src_<version with _> per row
 
 Each repository exposes `:tree` (the package files) and `sglang/__init__.py` (the root marker).
 """
@@ -37,6 +37,6 @@ def sglang_source_archive(name, url, sha256):
     )
 
 def sglang_source_archives(candidates):
-    """A source tree per row of a candidate table (patches/candidates.bzl)."""
+    """A source tree per row of a candidate table (//pins:defs.bzl pin_sglang_candidates())."""
     for version, row in candidates.items():
         sglang_source_archive(name = sglang_source_repository_name(version), url = row["url"], sha256 = row["sha256"])

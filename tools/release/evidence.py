@@ -1,6 +1,7 @@
-"""Release evidence of a recipe image: SBOM, signed provenance, and their verification.
+"""Release evidence of a recipe image: signed provenance and its verification.
 
-    evidence.py sbom      --layout L [--blob D=B ...] --name glm53_v3 --out sbom.spdx.json
+The SBOM it covers is made per layer and merged by layer_sbom.py.
+
     evidence.py statement --recipe //recipes:glm53_v3 --facts F --declaration D --contents C
                           --lock SHORT=PATH ... --sbom S --out provenance.json
     evidence.py sign      --statement S --key KEY.pem --out provenance.dsse.json [--public-key-out P]
@@ -23,7 +24,6 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.podman.oci_layout import LayoutError, find_layout, parse_blob_args, read_image  # noqa: E402
 from tools.release import dsse, provenance  # noqa: E402
 
 
@@ -37,18 +37,6 @@ def _json(path: Path):
 
 def _write_json(path: Path, value) -> None:
     path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n")
-
-
-def cmd_sbom(args: argparse.Namespace) -> int:
-    from tools.release import sbom  # imports the syft wheel only when needed
-
-    image = read_image(find_layout([Path(p) for p in args.layout]), parse_blob_args(args.blob))
-    try:
-        doc = sbom.make_sbom(image, args.name, args.out)
-    except sbom.SbomError as err:
-        raise VerifyError(str(err)) from None
-    print(f"sbom: {len(doc.get('packages', []))} packages -> {args.out}")
-    return 0
 
 
 def cmd_statement(args: argparse.Namespace) -> int:
@@ -129,12 +117,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="evidence.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="subcommand", required=True)
-    s = sub.add_parser("sbom", help="SPDX JSON SBOM of an image (syft)")
-    s.add_argument("--layout", action="append", required=True)
-    s.add_argument("--blob", action="append", default=[], metavar="DESCRIPTOR=BLOB")
-    s.add_argument("--name", required=True, help="document name, e.g. glm53_v3")
-    s.add_argument("--out", type=Path, required=True)
-    s.set_defaults(func=cmd_sbom)
     st = sub.add_parser("statement", help="in-toto Statement with a SLSA v1 provenance predicate")
     st.add_argument("--recipe", required=True)
     st.add_argument("--facts", type=Path, required=True, help="<recipe>.release_facts.json")
@@ -163,7 +145,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (VerifyError, dsse.DsseError, LayoutError, OSError, ValueError, KeyError) as err:
+    except (VerifyError, dsse.DsseError, OSError, ValueError, KeyError) as err:
         print(f"evidence.py {args.subcommand}: error: {err}", file=sys.stderr)
         return 1
 

@@ -25,6 +25,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tools.release.fingerprint import fingerprint  # noqa: E402
+from tools.release.schema import Facts, RecordError  # noqa: E402
 
 BASE_NAME = "org.opencontainers.image.base.name"
 BASE_DIGEST = "org.opencontainers.image.base.digest"
@@ -105,7 +106,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         facts = make_facts(args)
-    except (FactsError, KeyError, IndexError) as err:
+        Facts.from_json(facts, str(args.out))  # never write what the record tools would refuse
+    except (FactsError, RecordError, KeyError, IndexError) as err:
         print(f"facts.py: error: {err}", file=sys.stderr)
         return 1
     args.out.write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")

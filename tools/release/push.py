@@ -26,6 +26,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tools.podman.oci_layout import Image, LayoutError, find_layout, link_view, parse_blob_args, read_image  # noqa: E402
+from tools.files import atomic  # noqa: E402
 from tools.release import record as record_lib  # noqa: E402
 from tools.oci.registry import (  # noqa: E402
     RefError,
@@ -141,8 +142,8 @@ def push(args: argparse.Namespace) -> int:
     if record is None:
         print(f"{path}: already records {repository}@{built} as published; unchanged")
     else:
-        record_lib.write_atomic(path, record)
-        print(f"{path}: recorded {record.immutable_ref} (tag {tag}, published)")
+        atomic.write_text(path, record.text())
+        print(f"{path}: recorded {record.image} (tag {tag}, published)")
     return 0
 
 

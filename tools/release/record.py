@@ -12,7 +12,8 @@ Rules the writer enforces:
     the file untouched when nothing but the time would change;
   * `push` (tools/release/push.py) only records a digest the registry confirmed, and refuses
     when an existing record holds another digest or repository.
-Writes are atomic (temporary file in the same directory, fsync, rename).
+The schema (keys, types, grammar) is tools/release/schema.py; writes are atomic
+(tools/files/atomic.py).
 
 Usage (normally through `bazel run //recipes:<recipe>.release -- --repository REPO`):
   record.py release --facts F --digest-file D --repository docker.io/nearai/sglang-glm53
@@ -23,193 +24,19 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import subprocess
 import sys
-import tempfile
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tools.files import atomic  # noqa: E402
+from tools.oci.reference import ReferenceError, check_digest, check_tag, parse_repository  # noqa: E402
 from tools.release.fingerprint import fingerprint  # noqa: E402
-from tools.oci.registry import RefError, check_digest, check_tag, parse_repository  # noqa: E402
-
-RECORD_KEYS = (
-    "recipe", "series", "repository", "tag", "digest", "base", "patch_layer_digest",
-    "fingerprint", "patches", "published", "source_revision", "recorded_at",
-)
-
-
-class RecordError(Exception):
-    """A record or its inputs are inconsistent; the message names the file and the fix."""
-
-
-BASE_FLAVORS = ("cpu-test", "production")
-
-
-@dataclass(frozen=True)
-class Patch:
-    name: str
-    version: str
-    activation: str  # summary: always, opt-in, on-30s, ...
-    # The series declaration's activation, verbatim (kind, and where declared: env/value,
-    # settings, disable): what a deployment may set for this patch.
-    switch: dict = field(default_factory=dict, hash=False)
-
-    @staticmethod
-    def from_json(obj: dict, where: str) -> "Patch":
-        switch = obj.get("switch")
-        if not isinstance(switch, dict) or not isinstance(switch.get("kind"), str):
-            raise RecordError(f"{where}: patch {obj.get('name')!r} has no switch (the series "
-                              "declaration's activation); re-run the recipe's .release target")
-        return Patch(obj["name"], obj["version"], obj["activation"], switch)
-
-
-@dataclass(frozen=True)
-class Base:
-    name: str
-    digest: str
-    # cpu-test: built here from the CPU lock (no GPU torch); production: a registry image
-    # pulled by digest (--config=prod). Derived from the base target by the facts rule.
-    flavor: str
-
-    @staticmethod
-    def from_json(obj: dict, where: str) -> "Base":
-        if obj.get("flavor") not in BASE_FLAVORS:
-            raise RecordError(f"{where}: base.flavor {obj.get('flavor')!r} is not one of "
-                              f"{', '.join(BASE_FLAVORS)}; re-run the recipe's .release target")
-        return Base(obj["name"], check_digest(obj["digest"], f"{where}: base.digest"), obj["flavor"])
-
-
-@dataclass(frozen=True)
-class Facts:
-    """What the build says about an image (the release_facts.json of a recipe)."""
-
-    recipe: str
-    series: str
-    digest: str
-    base: Base
-    patch_layer_digest: str
-    fingerprint: str
-    patches: tuple[Patch, ...] = field(default=())
-    base_lock_current: bool = True  # the base's Debian layers came from the current lock
-
-    @staticmethod
-    def load(path: Path) -> "Facts":
-        obj = _read_json(path)
-        try:
-            facts = Facts(
-                recipe=obj["recipe"],
-                series=obj["series"],
-                digest=check_digest(obj["digest"], f"{path}: digest"),
-                base=Base.from_json(obj["base"], str(path)),
-                patch_layer_digest=check_digest(obj["patch_layer_digest"], f"{path}: patch_layer_digest"),
-                fingerprint=check_digest(obj["fingerprint"], f"{path}: fingerprint"),
-                patches=tuple(Patch.from_json(p, str(path)) for p in obj["patches"]),
-                base_lock_current=bool(obj.get("base_lock_current", True)),
-            )
-        except KeyError as err:
-            raise RecordError(f"{path}: missing key {err}; rebuild the recipe's release facts") from None
-        except RefError as err:
-            raise RecordError(str(err)) from None
-        return facts
-
-
-@dataclass(frozen=True)
-class Record:
-    recipe: str
-    series: str
-    repository: str
-    tag: str
-    digest: str
-    base: Base
-    patch_layer_digest: str
-    fingerprint: str
-    patches: tuple[Patch, ...]
-    published: bool
-    source_revision: str
-    recorded_at: str
-
-    def to_json(self) -> dict:
-        obj = asdict(self)
-        obj["patches"] = [asdict(p) for p in self.patches]
-        return {key: obj[key] for key in RECORD_KEYS}
-
-    def text(self) -> str:
-        return json.dumps(self.to_json(), indent=2) + "\n"
-
-    @property
-    def immutable_ref(self) -> str:
-        return f"{self.repository}@{self.digest}"
-
-    @staticmethod
-    def from_json(obj: dict, where: str) -> "Record":
-        missing = [k for k in RECORD_KEYS if k not in obj]
-        extra = [k for k in obj if k not in RECORD_KEYS]
-        if missing or extra:
-            raise RecordError(
-                f"{where}: keys missing {missing} / unknown {extra}; records are written only by"
-                " tools/release/record.py (re-run the recipe's .release target)"
-            )
-        try:
-            parse_repository(obj["repository"])
-            check_tag(obj["tag"])
-            for key in ("digest", "patch_layer_digest", "fingerprint"):
-                check_digest(obj[key], f"{where}: {key}")
-            check_digest(obj["base"]["digest"], f"{where}: base.digest")
-        except RefError as err:
-            raise RecordError(f"{where}: {err}") from None
-        if not isinstance(obj["published"], bool):
-            raise RecordError(f"{where}: published must be true or false")
-        return Record(
-            recipe=obj["recipe"],
-            series=obj["series"],
-            repository=obj["repository"],
-            tag=obj["tag"],
-            digest=obj["digest"],
-            base=Base.from_json(obj["base"], where),
-            patch_layer_digest=obj["patch_layer_digest"],
-            fingerprint=obj["fingerprint"],
-            patches=tuple(Patch.from_json(p, where) for p in obj["patches"]),
-            published=obj["published"],
-            source_revision=obj["source_revision"],
-            recorded_at=obj["recorded_at"],
-        )
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise RecordError(f"{path}: not found") from None
-    except json.JSONDecodeError as err:
-        raise RecordError(f"{path}: not JSON ({err})") from None
-
-
-def load(path: Path) -> Record | None:
-    if not Path(path).exists():
-        return None
-    return Record.from_json(_read_json(path), str(path))
-
-
-def write_atomic(path: Path, record: Record) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(record.text())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+from tools.release.schema import Facts, Record, RecordError, load, read_json  # noqa: E402
 
 
 def read_built_digest(digest_file: Path) -> str:
@@ -218,7 +45,7 @@ def read_built_digest(digest_file: Path) -> str:
         raise RecordError(f"{digest_file}: expected 'sha256:<64 hex>' and one newline")
     try:
         return check_digest(text.strip(), str(digest_file))
-    except RefError as err:
+    except ReferenceError as err:
         raise RecordError(str(err)) from None
 
 
@@ -324,7 +151,7 @@ def check_record(record: Record, facts: Facts, declaration: dict, where: str, ba
     elif record.digest != facts.digest:
         problems.append(f"{where}: digest {record.digest}, but the same base and series now build {facts.digest}: {fix}")
     if record.patches != facts.patches:
-        problems.append(f"{where}: patches {[asdict(p) for p in record.patches]} differ from the build's: {fix}")
+        problems.append(f"{where}: patches {[p.to_json() for p in record.patches]} differ from the build's: {fix}")
     return problems
 
 
@@ -347,7 +174,7 @@ def cmd_release(args: argparse.Namespace) -> int:
     try:
         repository = str(parse_repository(args.repository))
         tag = check_tag(args.tag) if args.tag is not None else default_tag(facts)
-    except RefError as err:
+    except ReferenceError as err:
         raise RecordError(str(err)) from None
     path = record_path(records_dir(args.records_dir), facts)
     workspace = os.environ.get("BUILD_WORKSPACE_DIRECTORY")
@@ -362,9 +189,9 @@ def cmd_release(args: argparse.Namespace) -> int:
     if record is None:
         print(f"{path}: already records {repository}@{facts.digest}; unchanged")
         return 0
-    write_atomic(path, record)
+    atomic.write_text(path, record.text())
     state = "published" if record.published else "not yet published"
-    print(f"{path}: recorded {record.immutable_ref} (tag {record.tag}, {state})")
+    print(f"{path}: recorded {record.image} (tag {record.tag}, {state})")
     return 0
 
 
@@ -381,7 +208,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     # A changed base is an error while the Debian lock is current (the base must rebuild
     # byte-identical then); after archive drift it is a warning unless --base-strict.
     strict = args.base_strict or facts.base_lock_current
-    problems = check_record(record, facts, _read_json(args.declaration), str(args.record), strict)
+    problems = check_record(record, facts, read_json(args.declaration), str(args.record), strict)
     for problem in problems:
         print(f"record check: {problem}", file=sys.stderr)
     if not problems:

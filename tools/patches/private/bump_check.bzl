@@ -19,7 +19,7 @@ def patch_bump_check(name, candidates, series, series_files, tests, patch_tests,
 
     Args:
       name: target name.
-      candidates: the candidate table (patches/candidates.bzl): version -> {wheel, url, sha256,
+      candidates: the candidate table (//pins:defs.bzl pin_sglang_candidates()): version -> {wheel, url, sha256,
         cpu_base (image label or None), ...}; each has a source repository @sglang_src_<v>.
       series: leaf series names to check (each with its ancestors), e.g. ["v3"].
       series_files: a filegroup of every series.json and .diff the series need.

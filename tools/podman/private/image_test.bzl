@@ -3,7 +3,7 @@
 load("//tools/oci:defs.bzl", "OciImageInfo")
 load(":launcher.bzl", "image_args", "write_launcher")
 
-# Tests that start containers must run on this machine, outside Bazel's sandbox (podman keeps
+# Tests that start containers must run on the local host, outside Bazel's sandbox (podman keeps
 # its storage under ~/.cache and needs /run), one at a time (2 cores, GBs of image), and never
 # on a remote executor. "local" implies no-sandbox and no-remote; the others are spelled out so
 # they survive strategy overrides.

@@ -1,4 +1,4 @@
-"""Each candidate row (patches/candidates.bzl) names the wheel its CPU base's lock installs."""
+"""Each sglang_candidate pin (pins/repository_locations.bzl) names the wheel its CPU base's lock installs."""
 
 from __future__ import annotations
 
@@ -20,15 +20,15 @@ def test_candidate_rows_agree_with_their_cpu_base_locks() -> None:
     config = json.loads(Path(os.environ["BUMP_CHECK_CONFIG"]).read_text())
     checked = 0
     for version, row in config["candidates"].items():
-        assert row["wheel"] == row["url"].rsplit("/", 1)[1], f"candidates.bzl[{version!r}]: wheel is not the URL's file"
-        assert row["wheel"].startswith(f"sglang-{version}-"), f"candidates.bzl[{version!r}]: wheel of another version"
+        assert row["wheel"] == row["url"].rsplit("/", 1)[1], f"candidate {version!r}: wheel is not the URL's file"
+        assert row["wheel"].startswith(f"sglang-{version}-"), f"candidate {version!r}: wheel of another version"
         if not row.get("cpu_lock"):
             continue
         lock = _lock_path(row["cpu_lock"])
         m = ENTRY.search(lock.read_text())
         assert m, f"{lock}: no sglang entry"
         assert (m["version"], m["url"], m["sha"]) == (version, row["url"], row["sha256"]), (
-            f"patches/candidates.bzl[{version!r}] and {lock} disagree on the sglang wheel: "
+            f"pins/repository_locations.bzl sglang_src_{version.replace('.', '_')} and {lock} disagree on the sglang wheel: "
             f"fix the row or relock with `./tools/bazel run //third_party/python:lock -- {lock.stem}`"
         )
         checked += 1
