@@ -411,11 +411,13 @@ class Apt:
             "APT::Install-Recommends": "0",
             "APT::Architectures": "amd64",
             "Acquire::Languages": "none",
+            "Acquire::GzipIndexes": "false",  # Packages files stored plain, for indexes()
         }
         if os.geteuid() == 0:
             opts["APT::Sandbox::User"] = "root"  # _apt cannot write the private state dir
         cmd = [argv[0]] + [x for k, v in opts.items() for x in ("-o", f"{k}={v}")] + argv[1:]
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C", "DEBIAN_FRONTEND": "noninteractive"}
+        env.update({k: v for k, v in os.environ.items() if k.lower() in ("http_proxy", "https_proxy", "no_proxy")})
         proc = subprocess.run(cmd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         if proc.returncode != 0:
             raise DebianError(f"`{' '.join(argv[:3])} ...` failed (rc {proc.returncode}):\n{proc.stderr.strip()[-3000:]}")
