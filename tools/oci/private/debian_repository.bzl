@@ -43,8 +43,10 @@ def _debian_packages_impl(rctx):
     for deb in resolved["debs"]:
         rctx.download(url = deb["urls"], output = "debs/" + deb["file"], sha256 = deb["sha256"])
     if resolved["drift"]:
-        # Printed once per fetch; the resolved lock (an input of the layer action) and the layer's
-        # contents JSON (lock_current false, drift) carry it into the action key and the record.
+        # Printed once per fetch (a repository rule has no other way to warn); the resolved lock
+        # (an input of the layer action) and the layer's contents JSON (lock_current false,
+        # drift) carry it into the action key and the record.
+        # buildifier: disable=print
         print(("WARNING: {lock}: {n} locked version(s) are on no mirror; using the archive's current ones: {moved}.{notes} " +
                "Relock with `./tools/bazel run //recipes/bases:lock`; release builds (--config=release) refuse this.").format(
             lock = lock_name,

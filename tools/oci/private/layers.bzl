@@ -87,6 +87,7 @@ def _debian_rootfs_layer_impl(ctx):
     args.add("--out", out.tar)
     args.add("--out-descriptor", out.descriptor)
     args.add("--out-manifest", out.manifest)
+
     # Sandboxed, no network, remote-executable: every input is a declared file (the resolved
     # lock and the .debs the repository rule downloaded with their sha256).
     ctx.actions.run(
