@@ -36,7 +36,15 @@ def _debian_packages_impl(rctx):
     if missing:
         # The archive keeps only current versions: take them from today's Packages indexes.
         for index in plan["indexes"]:
-            rctx.download(url = index["urls"], output = index["file"])
+            got = rctx.download(url = index["urls"], output = index["file"], allow_fail = True)
+            if not got.success:
+                fail(("{lock}: {debs} could not be downloaded from any mirror, and neither could {index} " +
+                      "(to look for current versions): the network is unreachable? Fix the network or proxy, " +
+                      "or warm --repository_cache / --distdir with the locked .debs (sha256 in the lock).").format(
+                    lock = lock_name,
+                    debs = ", ".join(["{}={}".format(d["name"], d["version"]) for d in missing]),
+                    index = index["urls"][0],
+                ))
             args += ["--index", "{}={}".format(index["archive"], rctx.path(index["file"]))]
         args += ["--missing=" + deb["name"] for deb in missing]
     resolved = _run(rctx, lock_name, args)

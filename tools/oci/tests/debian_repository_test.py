@@ -4,7 +4,8 @@ The mirror is HTTPS (Bazel downloads an index, which has no checksum, only over 
 throwaway certificate the nested Bazel's JVM trusts. It serves .debs and a Packages index built here. Checked: a locked .deb comes from the
 second mirror when the first has none; a locked version gone from every mirror is replaced by
 the index's newest one, with one warning and the drift in resolved.lock; a current lock
-re-fetches from the repository cache alone (server stopped, downloads disabled).
+re-fetches from the repository cache alone (server stopped, downloads disabled), and with an
+empty cache fails naming the packages and the fix.
 """
 
 from __future__ import annotations
@@ -94,12 +95,12 @@ def workspace(tmp: Path, mirror_url: str, pins: list[Pin]) -> Path:
     return ws
 
 
-def bazel(ws: Path, tmp: Path, truststore: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+def bazel(ws: Path, tmp: Path, truststore: Path, *flags: str, cache: str = "repo-cache") -> subprocess.CompletedProcess[str]:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp), "TMPDIR": str(tmp)}
     return subprocess.run(
         [BAZEL, "--batch", "--nohome_rc", f"--output_user_root={tmp / 'root'}",
          f"--host_jvm_args=-Djavax.net.ssl.trustStore={truststore}", "--host_jvm_args=-Djavax.net.ssl.trustStorePassword=changeit",
-         f"--output_base={tmp / 'ob'}", "build", f"--repository_cache={tmp.parent / 'repo-cache'}",
+         f"--output_base={tmp / 'ob'}", "build", f"--repository_cache={tmp.parent / cache}",
          "--noshow_progress", *flags, "@fake_debs//:debs", "@fake_debs//:resolved.lock"],
         cwd=ws, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
 
@@ -136,3 +137,8 @@ def test_a_current_lock_refetches_offline_from_the_repository_cache(tmp_path: Pa
     proc = bazel(workspace(again, server.url, current), again, server.truststore, "--experimental_repository_disable_download")
     assert proc.returncode == 0, proc.stdout
     assert sorted(resolved(again).pins) == sorted(current)
+    cold = tmp_path / "cold"
+    proc = bazel(workspace(cold, server.url, current), cold, server.truststore, cache="empty-cache")
+    assert proc.returncode != 0
+    assert "fake.lock: hello=1.0-1, world=2.0-2 could not be downloaded from any mirror" in proc.stdout, proc.stdout
+    assert "warm --repository_cache / --distdir" in proc.stdout
