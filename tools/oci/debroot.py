@@ -1,25 +1,23 @@
 """The Debian runtime layer of a distroless-style base image, and its lock.
 
-`build`: takes the .debs named by the lock (from the sha256 cache, else apt), extracts each
-with `dpkg-deb -x` (no maintainer script runs), adds what those scripts would have made (CA
-bundle, /etc/passwd, /etc/group, /etc/hosts, the ssl symlinks, empty /proc /dev /sys /tmp),
-dpkg metadata for SBOM scanners under /var/lib/dpkg/status.d/, byte-compiles the standard
-library (unchecked-hash .pyc), and writes the root as one deterministic tar layer.
+`build` (a sandboxed action, no network): takes the resolved lock and the .debs the
+repository rule downloaded (tools/oci/private/debian_repository.bzl), checks each against its
+sha256, unpacks each in pure Python (no dpkg, no maintainer script runs), adds what those
+scripts would have made (CA bundle, /etc/passwd, /etc/group, /etc/hosts, the ssl symlinks,
+empty /proc /dev /sys /tmp), dpkg metadata for SBOM scanners under /var/lib/dpkg/status.d/,
+byte-compiles the standard library (unchecked-hash .pyc), and writes the root as one
+deterministic tar layer. The manifest JSON records every .deb used and the drift the
+repository rule resolved; the strict mode (`--config=release`) refuses drift.
 
-When Debian's archive no longer has a locked version (security updates replace versions
-within weeks) the soft mode resolves the current versions, prints one warning and goes on;
-the strict mode (`--config=release`) fails. Either way the manifest JSON records every .deb
-used (name, version, sha256) and what drifted.
-
-`lock`: resolves the closure of the roots against an empty dpkg status (`apt-get install -s`)
-on freshly updated indexes and writes the lock.
+`lock` (`bazel run`, needs the network): resolves the closure of the roots with apt against an
+empty dpkg status and the given archives' freshly downloaded, signature-checked indexes, and
+writes the lock (sha256 and pool path of each .deb from the Packages index).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -29,7 +27,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tools.oci import ocitar, pycompile  # noqa: E402
-from tools.oci.debian import RELOCK, Apt, DebCache, DebianError, Lock, Pin, fetch  # noqa: E402
+from tools.oci.debian import (RELOCK, Apt, Archive, Deb, DebianError, Lock, Pin, pins_from_indexes,  # noqa: E402
+                              sha256_file, unpack)
 from tools.oci.ocilayout import MEDIA_LAYER, LayerDescriptor, canonical_json  # noqa: E402
 
 PASSWD = "root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n"
@@ -45,70 +44,43 @@ SYMLINKS = {"usr/lib/ssl/cert.pem": "/etc/ssl/certs/ca-certificates.crt", "usr/l
 CA_BUNDLE = "etc/ssl/certs/ca-certificates.crt"
 
 
-def default_cache() -> Path:
-    return Path(os.path.expanduser("~")) / ".cache" / "glm53-engine"
-
-
-def drift_report(locked: list[Pin], used: list[Pin]) -> list[dict[str, str]]:
-    old = {p.name: p for p in locked}
-    new = {p.name: p for p in used}
-    out = []
-    for name in sorted(set(old) | set(new)):
-        a, b = old.get(name), new.get(name)
-        if a and b and a.version == b.version and (not a.sha256 or a.sha256 == b.sha256):
-            continue
-        out.append({"name": name, "locked": a.version if a else "", "used": b.version if b else ""})
-    return out
-
-
-def gather(lock: Lock, roots: list[str], exclude: list[str], mode: str, apt: Apt,
-           cache: DebCache, lock_name: str) -> tuple[dict[Pin, Path], list[dict[str, str]]]:
-    """The .debs to extract, and the drift from the lock (empty when the lock was used)."""
+def check_lock(lock: Lock, roots: list[str], exclude: list[str], mode: str, lock_name: str) -> None:
+    """Refuses a lock made for other roots, and (strict mode) one the repository rule drifted."""
     if (tuple(roots), tuple(exclude)) != (lock.roots, lock.exclude):
-        problem = f"{lock_name} was made for other roots/exclusions than the BUILD file names"
-        missing = list(lock.pins)
-        found: dict[Pin, Path] = {}
-    else:
-        problem = ""
-        found, missing = fetch(apt, cache, list(lock.pins))
-        if missing:
-            apt = apt.private()
-            more, missing = fetch(apt, cache, missing)
-            found.update(more)
-        if missing:
-            problem = (f"{len(missing)} locked version(s) are no longer in Debian's archive: "
-                       + ", ".join(f"{p.name}={p.version}" for p in missing))
-    if not problem:
-        return found, []
-    if mode == "strict":
-        raise DebianError(f"{lock_name} is stale ({problem}). Release builds need a current lock: "
-                          f"run `{RELOCK}`, review and commit the lock, then rebuild.")
-    if apt.lists_dir == Path("/var/lib/apt/lists"):
-        apt = apt.private()
-    resolved = [p for p in apt.resolve(roots) if p.name not in exclude]
-    found, missing = fetch(apt, cache, resolved)
-    if missing:
-        raise DebianError("apt resolved versions it cannot download: "
-                          + ", ".join(f"{p.name}={p.version}" for p in missing))
-    drift = drift_report(list(lock.pins), sorted(found))
-    moved = ", ".join(f"{d['name']} {d['locked'] or '(new)'} -> {d['used'] or '(gone)'}" for d in drift)
-    print(f"WARNING: {lock_name} is stale ({problem}); building with the current versions instead: {moved}. "
-          f"Every .deb used is recorded in the base manifest. Relock with `{RELOCK}` "
-          "(release builds, --config=release, refuse a stale lock).", file=sys.stderr)
-    return found, drift
+        raise DebianError(f"{lock_name} was made for other roots/exclusions than the BUILD file names; "
+                          f"run `{RELOCK}`, review and commit the lock")
+    if lock.drift and mode == "strict":
+        moved = ", ".join(f"{d.name}={d.locked} (archive now has {d.used})" for d in lock.drift)
+        raise DebianError(f"{lock_name} is stale: {len(lock.drift)} locked version(s) are on no mirror: {moved}. "
+                          f"Release builds need a current lock: run `{RELOCK}`, review and commit the lock, "
+                          "then rebuild.")
+
+
+def find_debs(lock: Lock, deb_files: list[Path]) -> dict[Pin, Path]:
+    """The given .deb file of every pin, checked against the pin's sha256."""
+    by_name = {f.name: f for f in deb_files}
+    out = {}
+    for pin in lock.pins:
+        path = by_name.get(pin.filename)
+        if path is None:
+            raise DebianError(f"no {pin.filename} ({pin.name} {pin.version}) among the inputs; the lock's repository rule "
+                              "downloads it: pass its `debs` target")
+        digest = sha256_file(path)
+        if digest != pin.sha256:
+            raise DebianError(f"{path}: sha256 {digest}, the lock says {pin.sha256}")
+        out[pin] = path
+    return out
 
 
 def extract(debs: dict[Pin, Path], root: Path) -> None:
     status_d = root / "var/lib/dpkg/status.d"
     status_d.mkdir(parents=True, exist_ok=True)
-    for pin in sorted(debs):
-        deb = str(debs[pin])
-        subprocess.run(["dpkg-deb", "-x", deb, str(root)], check=True)
-        control = subprocess.run(["dpkg-deb", "-f", deb], check=True, capture_output=True).stdout
-        (status_d / pin.name).write_bytes(control)
-        md5 = subprocess.run(["dpkg-deb", "-I", deb, "md5sums"], capture_output=True)
-        if md5.returncode == 0 and md5.stdout:
-            (status_d / f"{pin.name}.md5sums").write_bytes(md5.stdout)
+    for pin in sorted(debs, key=lambda p: (p.name, p.version, p.sha256)):
+        deb = Deb.open(debs[pin])
+        unpack(deb, root)
+        (status_d / pin.name).write_bytes(deb.control)
+        if deb.md5sums:
+            (status_d / f"{pin.name}.md5sums").write_bytes(deb.md5sums)
 
 
 def ca_bundle(root: Path) -> int:
@@ -143,11 +115,10 @@ def add_generated(root: Path) -> dict[str, int]:
 
 
 def build(args: argparse.Namespace) -> None:
-    lock_name = args.lock_name or str(args.lock)
-    lock = Lock.parse(args.lock.read_text(), lock_name)
-    cache_dir = args.cache_dir or default_cache()
-    apt = Apt(cache_dir)
-    debs, drift = gather(lock, args.root_pkg, args.exclude, args.mode, apt, DebCache(cache_dir), lock_name)
+    lock = Lock.parse(args.lock.read_text(), str(args.lock))
+    lock_name = lock.source or str(args.lock)
+    check_lock(lock, args.root_pkg, args.exclude, args.mode, lock_name)
+    debs = find_debs(lock, args.deb)
     with tempfile.TemporaryDirectory(prefix="debroot-") as tmp:
         root = Path(tmp)
         extract(debs, root)
@@ -166,8 +137,8 @@ def build(args: argparse.Namespace) -> None:
         "kind": "debian-rootfs",
         "lock": lock_name,
         "lock_mode": args.mode,
-        "lock_current": not drift,
-        "drift": drift,
+        "lock_current": not lock.drift,
+        "drift": [d.to_json() for d in lock.drift],
         "roots": list(args.root_pkg),
         "exclude": list(args.exclude),
         "packages": [{"name": p.name, "version": p.version, "sha256": p.sha256} for p in sorted(debs)],
@@ -178,27 +149,25 @@ def build(args: argparse.Namespace) -> None:
 
 
 def relock(args: argparse.Namespace) -> None:
-    cache_dir = args.cache_dir or default_cache()
-    apt = Apt(cache_dir).private()
-    resolved = [p for p in apt.resolve(args.root_pkg) if p.name not in args.exclude]
-    index = apt.candidates([p.name for p in resolved])
-    pins = []
-    for p in resolved:
-        c = index.get((p.name, p.version))
-        if c is None:
-            raise DebianError(f"apt resolved {p.name}={p.version} but apt-cache show has no such version")
-        pins.append(Pin(p.name, p.version, c.sha256))
+    archives = tuple(Archive.parse(a, "--archive") for a in args.archive)
+    with tempfile.TemporaryDirectory(prefix="debian-lock-") as tmp:
+        apt = Apt(Path(tmp), archives)
+        apt.update()
+        resolved = [nv for nv in apt.resolve(args.root_pkg) if nv[0] not in args.exclude]
+        pins = pins_from_indexes(resolved, apt.indexes())
     out = args.out
     if not out.is_absolute() and os.environ.get("BUILD_WORKSPACE_DIRECTORY"):
         out = Path(os.environ["BUILD_WORKSPACE_DIRECTORY"]) / out
     old = Lock.parse(out.read_text(), str(out)) if out.exists() else None
-    new = Lock(tuple(args.root_pkg), tuple(args.exclude), tuple(sorted(pins)))
+    new = Lock(tuple(args.root_pkg), tuple(args.exclude), archives, tuple(pins))
     out.write_text(new.render())
-    changes = drift_report(list(old.pins), list(new.pins)) if old else []
+    before = {p.name: p.version for p in old.pins} if old else {}
+    after = {p.name: p.version for p in new.pins}
+    changes = sorted(n for n in set(before) | set(after) if before.get(n) != after.get(n))
     summary = f", {len(changes)} changed" + (":" if changes else "") if old else ""
     print(f"wrote {out}: {len(pins)} packages{summary}")
-    for d in changes:
-        print(f"  {d['name']}: {d['locked'] or '(new)'} -> {d['used'] or '(removed)'}")
+    for n in changes:
+        print(f"  {n}: {before.get(n, '(new)')} -> {after.get(n, '(removed)')}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,19 +178,21 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument("--root-pkg", action="append", required=True, help="a root package of the closure")
         s.add_argument("--exclude", action="append", default=[],
                        help="a package of the closure not to install (needed only by maintainer scripts)")
-        s.add_argument("--cache-dir", type=Path, help="default ~/.cache/glm53-engine (debs by sha256, apt lists)")
     b = sub.choices["build"]
-    b.add_argument("--lock", type=Path, required=True)
-    b.add_argument("--lock-name", help="the lock's workspace path, for messages")
+    b.add_argument("--lock", type=Path, required=True, help="the resolved lock (from the repository rule)")
+    b.add_argument("--deb", type=Path, action="append", default=[], help="a downloaded .deb of the lock")
     b.add_argument("--mode", choices=("soft", "strict"), default="soft")
     b.add_argument("--out", type=Path, required=True, help="layer tar")
     b.add_argument("--out-descriptor", type=Path, required=True)
     b.add_argument("--out-manifest", type=Path, required=True, help="JSON: every .deb used, drift")
-    sub.choices["lock"].add_argument("--out", type=Path, required=True, help="lock file (relative: to the workspace)")
+    lk = sub.choices["lock"]
+    lk.add_argument("--out", type=Path, required=True, help="lock file (relative: to the workspace)")
+    lk.add_argument("--archive", action="append", required=True,
+                    help="`NAME SUITE[,SUITE...] MIRROR...`: an archive the lock takes packages from")
     args = p.parse_args(argv)
     try:
         build(args) if args.command == "build" else relock(args)
-    except (DebianError, ocitar.LayerError, pycompile.CompileError, subprocess.CalledProcessError, OSError) as e:
+    except (DebianError, ocitar.LayerError, pycompile.CompileError, OSError) as e:
         print(f"debroot.py: error: {e}", file=sys.stderr)
         return 1
     return 0

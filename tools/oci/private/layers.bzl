@@ -82,33 +82,36 @@ def _debian_rootfs_layer_impl(ctx):
     args.add_all(ctx.attr.packages, before_each = "--root-pkg")
     args.add_all(ctx.attr.exclude, before_each = "--exclude")
     args.add("--lock", ctx.file.lock)
-    args.add("--lock-name", ctx.file.lock.short_path)
+    args.add_all(ctx.files.debs, before_each = "--deb")
     args.add("--mode", mode)
     args.add("--out", out.tar)
     args.add("--out-descriptor", out.descriptor)
     args.add("--out-manifest", out.manifest)
+
+    # Sandboxed, no network, remote-executable: every input is a declared file (the resolved
+    # lock and the .debs the repository rule downloaded with their sha256).
     ctx.actions.run(
         executable = ctx.executable._debroot,
         arguments = [args],
-        inputs = [ctx.file.lock],
+        inputs = ctx.files.debs + [ctx.file.lock],
         outputs = [out.tar, out.descriptor, out.manifest],
         mnemonic = "DebianRootfs",
-        progress_message = "Assembling the Debian runtime layer %s from %s (%s lock)" % (ctx.label, ctx.file.lock.short_path, mode),
-        # apt needs the network (only for .debs not yet in ~/.cache/glm53-engine/debs) and
-        # writes that cache: run locally, unsandboxed. The output is keyed by the lock and
-        # cacheable; a drifted build's substitutes are named in the contents JSON.
-        execution_requirements = {"requires-network": "1", "no-remote-exec": "1", "no-sandbox": "1"},
+        progress_message = "Assembling the Debian runtime layer %s from %d .debs (%s lock)" % (ctx.label, len(ctx.files.debs), mode),
     )
     return _layer_return(out)
 
 debian_rootfs_layer = rule(
     implementation = _debian_rootfs_layer_impl,
-    doc = "A distroless-style Debian runtime layer from .debs (tools/oci/debroot.py).",
+    doc = """A distroless-style Debian runtime layer from .debs (tools/oci/debroot.py).
+
+`lock` and `debs` come from the lock's debian_packages repository (tools/oci/deb.bzl):
+`@<repo>//:resolved.lock` and `@<repo>//:debs`.""",
     attrs = {
-        "lock": attr.label(allow_single_file = True, mandatory = True, doc = "name version sha256 lines (debroot.py lock)"),
-        "packages": attr.string_list(mandatory = True, doc = "roots of the closure"),
+        "lock": attr.label(allow_single_file = True, mandatory = True, doc = "the resolved lock (@<repo>//:resolved.lock)"),
+        "debs": attr.label_list(allow_files = [".deb"], mandatory = True, doc = "the lock's .debs (@<repo>//:debs)"),
+        "packages": attr.string_list(mandatory = True, doc = "roots of the closure (must match the lock's)"),
         "exclude": attr.string_list(doc = "closure members not installed (needed only by maintainer scripts)"),
-        "lock_mode": attr.label(mandatory = True, providers = [LockModeInfo]),
+        "lock_mode": attr.label(mandatory = True, providers = [LockModeInfo], doc = "strict: refuse a drifted resolved lock"),
         "_debroot": attr.label(default = "//tools/oci:debroot", executable = True, cfg = "host"),
     },
 )
