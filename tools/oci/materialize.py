@@ -26,12 +26,17 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tools.oci import ocitar  # noqa: E402
-from tools.oci.ocilayout import LayerDescriptor, LayoutError, blob_path, link_or_copy, read_layout  # noqa: E402
+from tools.oci.ocilayout import Image, LayoutError, blob_path, link_or_copy, parse_blob_args, read_layout  # noqa: E402
 
 
 def materialize(image: Path, blobs: dict[str, Path], out: Path, mode: str, verify: bool = False) -> str:
     """Writes the full layout to `out`; returns the manifest digest. `blobs`: digest -> file."""
-    img = read_layout(image)
+    return materialize_image(read_layout(image, blobs), out, mode, verify)
+
+
+def materialize_image(img: Image, out: Path, mode: str, verify: bool = False) -> str:
+    """materialize() of an image already read (its layers' paths say where the blobs are)."""
+    image = img.layout
     out.mkdir(parents=True, exist_ok=True)
     (out / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
     # The small files (index, oci-layout, manifest, config, embedded blobs) are always copied.
@@ -43,12 +48,11 @@ def materialize(image: Path, blobs: dict[str, Path], out: Path, mode: str, verif
         elif not dst.exists():
             shutil.copyfile(src, dst)
     missing = []
-    for layer in img.manifest.get("layers", []):
-        digest, size = layer["digest"], int(layer["size"])
+    for layer in img.layers:
+        digest, size, src = layer.digest, layer.size, layer.path
         dst = blob_path(out, digest)
         if dst.exists():
             continue
-        src = blobs.get(digest)
         if src is None:
             missing.append(digest)
             continue
@@ -63,17 +67,6 @@ def materialize(image: Path, blobs: dict[str, Path], out: Path, mode: str, verif
             f"{image}: no blob given for layer(s) {', '.join(missing)}; pass --blob DESCRIPTOR=BLOB "
             "for every layer (a shallow base has no blobs: pull it first)")
     return img.manifest_digest
-
-
-def parse_blobs(items: list[str]) -> dict[str, Path]:
-    """--blob DESCRIPTOR=BLOB arguments (tools/oci's layer_args) -> {digest: blob file}."""
-    blobs = {}
-    for item in items:
-        desc, sep, blob = item.partition("=")
-        if not sep:
-            raise LayoutError(f"--blob {item!r}: expected DESCRIPTOR=BLOB")
-        blobs[LayerDescriptor.load(Path(desc)).digest] = Path(blob)
-    return blobs
 
 
 def prepare_out(out: Path, replace: bool) -> Path:
@@ -102,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         args.out = prepare_out(args.out, args.replace)
-        digest = materialize(args.image, parse_blobs(args.blob), args.out, args.mode, args.verify)
+        digest = materialize(args.image, parse_blob_args(args.blob), args.out, args.mode, args.verify)
     except (LayoutError, OSError) as e:
         print(f"materialize.py: error: {e}", file=sys.stderr)
         return 1

@@ -118,7 +118,7 @@ def _shallow_base_impl(ctx):
         outputs = [layout],
         mnemonic = "ShallowBase",
     )
-    layers = [OciLayerInfo(blob = None, descriptor = d, manifest = None) for d in ctx.files.descriptors]
+    layers = [OciLayerInfo(blob = None, descriptor = d, contents = None) for d in ctx.files.descriptors]
     return [
         DefaultInfo(files = depset([layout, ctx.file.digest])),
         OciImageInfo(
@@ -145,7 +145,7 @@ shallow_base = rule(
         "files": attr.label(allow_single_file = True, doc = "files.json: sha256 of the image's files under <site>/sglang/"),
         "carries": attr.label(providers = [PatchChainInfo], doc = "check the base holds this chain's base files"),
         "site": attr.string(default = "usr/lib/python3/dist-packages"),
-        "_tool": attr.label(default = "//tools/release:shallow_layout", executable = True, cfg = "host"),
+        "_tool": attr.label(default = "//tools/release:shallow_layout", executable = True, cfg = "exec"),
     },
 )
 

@@ -29,8 +29,8 @@ def _image_providers_impl(ctx):
     asserts.equals(env, ["example_image", "example_image.digest"], sorted([f.basename for f in target[DefaultInfo].files.to_list()]))
     asserts.equals(env, 2, len(info.layers), "base layer + own tar")
     base_layer, own_layer = info.layers
-    asserts.true(env, base_layer.manifest != None, "an oci_layer records its contents")
-    asserts.equals(env, None, own_layer.manifest, "a plain .tar has no contents record")
+    asserts.true(env, base_layer.contents != None, "an oci_layer records its contents")
+    asserts.equals(env, None, own_layer.contents, "a plain .tar has no contents record")
     asserts.equals(env, "example.tar", own_layer.blob.basename)
     asserts.equals(env, str(target.label), info.image_name, "image_name defaults to the label")
     action = _one_action(env, "OciImage")
@@ -103,7 +103,7 @@ def _shallow_base_impl(ctx):
         manifest = desc,
         config = desc,
         contents = desc,
-        layers = [OciLayerInfo(blob = None, descriptor = desc, manifest = None)],
+        layers = [OciLayerInfo(blob = None, descriptor = desc, contents = None)],
         image_name = "shallow",
     )]
 
