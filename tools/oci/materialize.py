@@ -34,8 +34,12 @@ def materialize(image: Path, blobs: dict[str, Path], out: Path, mode: str, verif
     return materialize_image(read_layout(image, blobs), out, mode, verify)
 
 
-def materialize_image(img: Image, out: Path, mode: str, verify: bool = False) -> str:
-    """materialize() of an image already read (its layers' paths say where the blobs are)."""
+def materialize_image(img: Image, out: Path, mode: str, verify: bool = False, partial: bool = False) -> str:
+    """materialize() of an image already read (its layers' paths say where the blobs are).
+
+    `partial`: layers without a blob (a shallow base's, kept in a registry) are left out
+    instead of refused (a push or a scan of what is here).
+    """
     image = img.layout
     out.mkdir(parents=True, exist_ok=True)
     (out / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
@@ -54,7 +58,8 @@ def materialize_image(img: Image, out: Path, mode: str, verify: bool = False) ->
         if dst.exists():
             continue
         if src is None:
-            missing.append(digest)
+            if not partial:
+                missing.append(digest)
             continue
         actual = os.stat(src).st_size
         if actual != size:
@@ -67,6 +72,12 @@ def materialize_image(img: Image, out: Path, mode: str, verify: bool = False) ->
             f"{image}: no blob given for layer(s) {', '.join(missing)}; pass --blob DESCRIPTOR=BLOB "
             "for every layer (a shallow base has no blobs: pull it first)")
     return img.manifest_digest
+
+
+def link_view(image: Image, dest: Path) -> Path:
+    """`dest`: a layout of symlinks to every blob the image has here (shallow layers left out)."""
+    materialize_image(image, dest, "symlink", partial=True)
+    return dest
 
 
 def prepare_out(out: Path, replace: bool) -> Path:

@@ -23,7 +23,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.podman.oci_layout import LayoutError, find_layout, parse_blob_args, read_image  # noqa: E402
+from tools.oci.ocilayout import LayoutError, find_layout, parse_blob_args, read_layout  # noqa: E402
 from tools.release import dsse, provenance  # noqa: E402
 
 
@@ -42,7 +42,7 @@ def _write_json(path: Path, value) -> None:
 def cmd_sbom(args: argparse.Namespace) -> int:
     from tools.release import sbom  # imports the syft wheel only when needed
 
-    image = read_image(find_layout([Path(p) for p in args.layout]), parse_blob_args(args.blob))
+    image = read_layout(find_layout([Path(p) for p in args.layout]), parse_blob_args(args.blob), require_blobs=True)
     try:
         doc = sbom.make_sbom(image, args.name, args.out)
     except sbom.SbomError as err:

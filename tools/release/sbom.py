@@ -14,7 +14,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tools.podman.oci_layout import Image, link_view
+from tools.oci.materialize import link_view
+from tools.oci.ocilayout import Image
 
 EPOCH = "1970-01-01T00:00:00Z"
 NAMESPACE = "https://glm53-engine.invalid/spdx"

@@ -47,6 +47,15 @@ def _image_providers_impl(ctx):
 
 image_providers_test = analysistest.make(_image_providers_impl)
 
+def _digest_target_impl(ctx):
+    # <image>.digest is made by the oci_image macro from the rule's "digest" output group.
+    env = analysistest.begin(ctx)
+    files = analysistest.target_under_test(env)[DefaultInfo].files.to_list()
+    asserts.equals(env, ["tools/oci/example_image.digest"], [f.short_path for f in files])
+    return analysistest.end(env)
+
+digest_target_test = analysistest.make(_digest_target_impl)
+
 def _tars_reject_impl(ctx):
     env = analysistest.begin(ctx)
     asserts.expect_failure(env, "does not produce any oci_image_rule tars files (expected .tar)")

@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from tools.oci import image as oci_image
-from tools.podman.oci_layout import link_view, read_image
+from tools.oci.materialize import link_view
+from tools.oci.ocilayout import read_layout
 from tools.podman.tests.host_image import layer_of, write_layout, write_tree
 from tools.release import oci_fetch
 from tools.release.push import push_image
@@ -60,7 +61,7 @@ def setup(tmp_path_factory):
     with LocalRegistry(tmp / "registry") as registry:
         skopeo = Skopeo(policy=tmp / "policy.json")
         skopeo.write_policy()
-        yield tmp, registry, skopeo, read_image(base), local
+        yield tmp, registry, skopeo, read_layout(base, require_blobs=True), local
 
 
 def test_byte_identical_seed_rebuilds_the_same_image(setup) -> None:
@@ -99,7 +100,7 @@ def test_recompressed_base_same_patch_layer_and_pushable(setup, capsys) -> None:
                            f"--label=org.opencontainers.image.base.name={registry.address}/{repo.path}",
                            f"--label-from-file=org.opencontainers.image.base.digest={shallow / 'digest'}")
         assert digest != local
-        on_prod = read_image(out / "layout", allow_shallow=True)
+        on_prod = read_layout(out / "layout")
         assert on_prod.layers[-1].digest == json.loads(Path(_patch_layer()[0]).read_text())["digest"]
         assert [layer.path is None for layer in on_prod.layers] == [True] * (len(on_prod.layers) - 1) + [False]
 

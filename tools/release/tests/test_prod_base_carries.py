@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from tools.oci import image as oci_image
-from tools.podman.oci_layout import read_image
+from tools.oci.ocilayout import read_layout
 from tools.podman.tests.host_image import layer_of, write_layout, write_tree
 from tools.release import oci_fetch, shallow_layout
 from tools.release.push import push_image
@@ -127,7 +127,7 @@ def test_carrying_docker_typed_base_builds_an_all_oci_image_that_pushes(registry
     assert {l["mediaType"] for l in manifest["layers"]} <= OCI_LAYER_TYPES
     assert manifest["layers"][-1]["digest"] == json.loads(Path(descriptor).read_text())["digest"]
 
-    engine = read_image(out / "layout", allow_shallow=True)
+    engine = read_layout(out / "layout")
     served = push_image(engine, Repository(reg.address, "nearai/sglang-glm53"), "prod-small", skopeo)
     assert served == built
 
