@@ -63,9 +63,9 @@ def engine_image(
     layer = name + ".patch_layer"
     common = {"visibility": visibility, "tags": tags}
     _engine_patch_layer(name = layer, chain = chain, tests = tests, recipe = recipe, site = site, **common)
-    output_file(layer + ".digest", layer, "digest", common)
-    output_file(layer + ".patches.json", layer, "patches", common)
-    output_file(layer + ".labels", layer, "labels", common)
+    output_file(layer + ".digest", layer, "digest", **common)
+    output_file(layer + ".patches.json", layer, "patches", **common)
+    output_file(layer + ".labels", layer, "labels", **common)
     all_labels = {}
     for key, value in [("source", source), ("revision", revision), ("documentation", documentation)]:
         if value:

@@ -74,15 +74,22 @@ def oci_image(name, base = None, tars = [], env = {}, entrypoint = None, cmd = N
         exposed_ports = exposed_ports,
         **kwargs
     )
-    output_file(name + ".digest", name, "digest", kwargs)
+    output_file(name + ".digest", name, "digest", visibility = kwargs.get("visibility"), tags = kwargs.get("tags", []))
 
-def output_file(name, target, output_group, kwargs = {}):
-    """A target `name` for the output group `output_group` of `target` (instead of the
-    deprecated `outputs = {...}` of a rule), with the visibility and tags of `kwargs`."""
+def output_file(name, target, output_group, visibility = None, tags = []):
+    """A label for one output group of a target (instead of a rule's deprecated `outputs`).
+
+    Args:
+      name: the new target, e.g. "glm53_v3.digest".
+      target: the rule target in this package that has the output group.
+      output_group: the OutputGroupInfo field, e.g. "digest".
+      visibility: visibility of the new target.
+      tags: tags of the new target.
+    """
     native.filegroup(
         name = name,
         srcs = [":" + target],
         output_group = output_group,
-        visibility = kwargs.get("visibility"),
-        tags = kwargs.get("tags", []),
+        visibility = visibility,
+        tags = tags,
     )
