@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.podman import podman_backend
-from tools.podman.oci_layout import Image
-from tools.podman.spec import GIB, NOFILE, NPROC, Mount, RunSpec
+from tools.oci.ocilayout import Image
+from tools.podman.spec import GIB, NOFILE, NPROC, Mount
 
 LABEL = "glm53-engine.lab"
 
@@ -43,7 +43,7 @@ class Podman:
     def load(self, image: Image) -> str:
         """Pulls the layout into the project's storage (layers already there are skipped)."""
         try:
-            return podman_backend.pull(self.config, RunSpec(image=image, command=[]))
+            return podman_backend.pull(self.config, image)
         except podman_backend.PodmanError as err:
             raise ContainerError(str(err)) from None
 

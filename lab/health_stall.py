@@ -38,7 +38,7 @@ from pathlib import Path
 
 from lab import attribution, checks, report, results, traffic
 from lab.container import Container, ContainerError, Podman
-from tools.podman.oci_layout import LayoutError, find_layout, parse_blob_args, read_image
+from tools.oci.ocilayout import LayoutError, find_layout, parse_blob_args, read_layout
 from tools.podman.spec import Mount, default_cache_root
 
 IN_CONTAINER = Path(__file__).resolve().parent / "in_container"
@@ -102,7 +102,7 @@ def _images(args: argparse.Namespace) -> dict[str, object]:
                          " (bazel run passes one --image ARM=LAYOUT per image of the lab_runner target)")
     if len(set(arms)) != len(arms) or not arms:
         raise UsageError(f"--arms {args.arms!r}: name each arm once, comma-separated")
-    return {arm: read_image(find_layout(given[arm]), blobs) for arm in arms}
+    return {arm: read_layout(find_layout(given[arm]), blobs, require_blobs=True) for arm in arms}
 
 
 def find_py_spy(explicit: Path | None) -> Path:

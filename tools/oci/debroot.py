@@ -29,7 +29,7 @@ if __package__ in (None, ""):
 from tools.oci import ocitar, pycompile  # noqa: E402
 from tools.oci.debian import (RELOCK, Apt, Archive, Deb, DebianError, Lock, Pin, pins_from_indexes,  # noqa: E402
                               sha256_file, unpack)
-from tools.oci.ocilayout import MEDIA_LAYER, LayerDescriptor, canonical_json  # noqa: E402
+from tools.oci.ocilayout import LayerDescriptor, write_canonical  # noqa: E402
 
 PASSWD = "root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n"
 GROUP = "root:x:0:\nnogroup:x:65534:\n"
@@ -131,8 +131,8 @@ def build(args: argparse.Namespace) -> None:
         entries = list(ocitar.walk_tree(root, modes=modes))
         digest = ocitar.write_layer(entries, args.out)
     created_by = f"debian runtime: {len(debs)} .debs extracted without maintainer scripts ({lock_name})"
-    desc = LayerDescriptor(MEDIA_LAYER, digest.digest, digest.size, digest.digest, created_by)
-    args.out_descriptor.write_bytes(canonical_json(desc.to_json()) + b"\n")
+    desc = LayerDescriptor.uncompressed(digest.digest, digest.size, created_by)
+    desc.write(args.out_descriptor)
     manifest: dict[str, Any] = {
         "kind": "debian-rootfs",
         "lock": lock_name,
@@ -145,7 +145,7 @@ def build(args: argparse.Namespace) -> None:
         "ca_certificates": ncerts,
         "layer": desc.to_json(),
     }
-    args.out_manifest.write_bytes(canonical_json(manifest) + b"\n")
+    write_canonical(args.out_manifest, manifest)
 
 
 def relock(args: argparse.Namespace) -> None:

@@ -25,20 +25,13 @@ from tools.oci.ocilayout import (  # noqa: E402
     canonical_json,
     derive_config,
     make_manifest,
+    parse_blob_args,
+    parse_pairs,
     read_layout,
     sha256_digest,
+    write_canonical,
     write_layout,
 )
-
-
-def parse_pairs(items: list[str], what: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise LayoutError(f"--{what} {item!r}: expected KEY=VALUE")
-        out[key] = value
-    return out
 
 
 def read_pairs_file(path: Path) -> dict[str, str]:
@@ -70,14 +63,14 @@ def write_contents(args: argparse.Namespace, digest: str, base_manifest: dict | 
         entries = json.loads(args.base_contents.read_text())["layers"]
     elif base_manifest:
         entries = [{"descriptor": d, "contents": None} for d in base_manifest.get("layers", [])]
-    if args.layer_manifest and len(args.layer_manifest) != len(layers):
-        raise LayoutError("--layer-manifest must be given once per --layer")
+    if args.layer_contents and len(args.layer_contents) != len(layers):
+        raise LayoutError("--layer-contents must be given once per --layer")
     for i, layer in enumerate(layers):
-        src = args.layer_manifest[i] if args.layer_manifest else "-"
+        src = args.layer_contents[i] if args.layer_contents else "-"
         entries.append({"descriptor": layer.to_json(),
                         "contents": json.loads(Path(src).read_text()) if src != "-" else None})
     doc = {"image": args.ref_name, "digest": digest, "layers": entries}
-    args.out_contents.write_bytes(canonical_json(doc) + b"\n")
+    write_canonical(args.out_contents, doc)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-digest", type=Path, required=True, help="gets 'sha256:<hex>\\n'")
     p.add_argument("--out-manifest", type=Path)
     p.add_argument("--out-config", type=Path)
-    p.add_argument("--layer-manifest", action="append", default=[], metavar="PATH|-",
+    p.add_argument("--layer-contents", action="append", default=[], metavar="PATH|-",
                    help="contents JSON of each --layer, in the same order ('-' = none)")
     p.add_argument("--base-contents", type=Path, help="the base image's contents JSON")
     p.add_argument("--out-contents", type=Path,
@@ -139,10 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             annotations[key] = Path(path).read_text().strip()
         config_bytes = canonical_json(derive_config(base_config, layers, changes))
         manifest_bytes = canonical_json(make_manifest(config_bytes, base_manifest, layers, annotations))
-        embed = {}
-        for item in args.embed:
-            desc_path, _, blob = item.partition("=")
-            embed[LayerDescriptor.load(Path(desc_path)).digest] = Path(blob)
+        embed = parse_blob_args(args.embed)
         args.out_layout.mkdir(parents=True, exist_ok=True)
         digest = write_layout(args.out_layout, manifest_bytes, config_bytes, args.ref_name, embed)
         assert digest == sha256_digest(manifest_bytes)

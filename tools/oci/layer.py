@@ -30,7 +30,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tools.oci import ocitar, pycompile  # noqa: E402
-from tools.oci.ocilayout import MEDIA_LAYER, LayerDescriptor, canonical_json  # noqa: E402
+from tools.oci.ocilayout import LayerDescriptor, write_canonical  # noqa: E402
 
 
 class SpecError(Exception):
@@ -104,17 +104,17 @@ def build(spec: LayerSpec, out_tar: Path, out_descriptor: Path, out_contents: Pa
         entries = list(ocitar.walk_tree(root, modes=modes, file_mode=ocitar.FILE_MODE))
         digest = ocitar.write_layer(entries, out_tar)
         if out_contents is not None:
-            out_contents.write_bytes(canonical_json(contents(entries)) + b"\n")
-    desc = LayerDescriptor(MEDIA_LAYER, digest.digest, digest.size, digest.digest, spec.created_by)
-    out_descriptor.write_bytes(canonical_json(desc.to_json()) + b"\n")
+            write_canonical(out_contents, contents(entries))
+    desc = LayerDescriptor.uncompressed(digest.digest, digest.size, spec.created_by)
+    desc.write(out_descriptor)
     return desc
 
 
 def describe(tar: Path, out_descriptor: Path, created_by: str) -> LayerDescriptor:
     """Descriptor of an existing uncompressed tar (one hashing pass)."""
     d = ocitar.hash_file(tar)
-    desc = LayerDescriptor(MEDIA_LAYER, d.digest, d.size, d.digest, created_by)
-    out_descriptor.write_bytes(canonical_json(desc.to_json()) + b"\n")
+    desc = LayerDescriptor.uncompressed(d.digest, d.size, created_by)
+    desc.write(out_descriptor)
     return desc
 
 

@@ -17,14 +17,15 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.oci.materialize import materialize, parse_blobs  # noqa: E402
-from tools.oci.ocilayout import LayoutError, read_layout  # noqa: E402
-from tools.podman.podman_backend import PodmanConfig, command  # noqa: E402
+from tools.oci.materialize import materialize_image  # noqa: E402
+from tools.oci.ocilayout import LayoutError, parse_blob_args, read_layout  # noqa: E402
+from tools.podman.podman_backend import PodmanConfig, PodmanError, pull  # noqa: E402
 from tools.podman.spec import default_cache_root  # noqa: E402
 
 PODMAN_TIMEOUT_S = 1800
@@ -35,33 +36,6 @@ def _user_path(path: Path) -> Path:
     if not path.is_absolute() and os.environ.get("BUILD_WORKING_DIRECTORY"):
         return Path(os.environ["BUILD_WORKING_DIRECTORY"]) / path
     return path
-
-
-def _view_root() -> Path:
-    # podman names an image pulled from oci:<dir> after the path, which must be a valid
-    # reference (lowercase [a-z0-9._-] components): so no ~/.cache or Bazel temp dirs.
-    root = Path("/tmp") / f"glm53-engine-{os.getuid()}"
-    root.mkdir(mode=0o700, exist_ok=True)
-    view_root = root / f"load-{os.getpid()}"
-    shutil.rmtree(view_root, ignore_errors=True)
-    view_root.mkdir(mode=0o700)
-    return view_root
-
-
-def to_podman(view: Path, ref: str, tag: str, config: PodmanConfig) -> str:
-    """Pulls the view into the project's storage, tags it `tag`; returns the image id."""
-    config.write()
-    pulled = command(config, "pull", "-q", "--signature-policy", str(config.policy), f"oci:{view}:{ref}",
-                     timeout_s=PODMAN_TIMEOUT_S)
-    if pulled.returncode != 0:
-        raise LayoutError(f"podman pull of {view} failed:\n{pulled.stderr}")
-    image_id = pulled.stdout.strip().splitlines()[-1]
-    # podman names an image pulled from oci:<dir>:<ref> localhost<dir>:latest; only `tag` stays.
-    for args in (("tag", image_id, tag), ("untag", image_id, f"localhost{view}:latest")):
-        done = command(config, *args, timeout_s=PODMAN_TIMEOUT_S)
-        if done.returncode != 0 and args[0] == "tag":
-            raise LayoutError(f"podman tag {image_id} {tag} failed:\n{done.stderr}")
-    return image_id
 
 
 def to_docker_archive(view: Path, ref: str, tag: str, out: Path) -> None:
@@ -89,27 +63,28 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--format docker-archive needs --out FILE")
     if args.format == "podman" and args.out:
         p.error("--out is only for --format docker-archive")
-    view_root = _view_root()
+    view_root = None
     try:
-        view = view_root / "view"
-        digest = materialize(args.image, parse_blobs(args.blob), view, "symlink")
-        ref = read_layout(view).ref_name
+        image = read_layout(args.image, parse_blob_args(args.blob), require_blobs=True)
         if args.format == "docker-archive":
+            view_root = Path(tempfile.mkdtemp(prefix="oci-load."))
+            materialize_image(image, view_root / "view", "symlink")
             out = _user_path(args.out)
-            to_docker_archive(view, ref, args.tag, out)
-            print(f"{out}: docker-archive of {digest} as {args.tag} (docker load -i {shlex.quote(str(out))})")
+            to_docker_archive(view_root / "view", image.ref_name, args.tag, out)
+            print(f"{out}: docker-archive of {image.manifest_digest} as {args.tag} (docker load -i {shlex.quote(str(out))})")
         else:
             config = PodmanConfig((args.cache or default_cache_root()) / "podman")
-            image_id = to_podman(view, ref, args.tag, config)
+            image_id = pull(config, image, tag=args.tag, timeout_s=PODMAN_TIMEOUT_S)
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(config.environment().items())
                            if k.startswith("CONTAINERS_"))
-            print(f"loaded {digest} as {args.tag} (image id {image_id[:12]}) into {config.root}")
+            print(f"loaded {image.manifest_digest} as {args.tag} (image id {image_id[:12]}) into {config.root}")
             print(f"list it with: {env} podman images {args.tag}")
-    except (LayoutError, OSError, subprocess.TimeoutExpired) as e:
+    except (LayoutError, PodmanError, OSError, subprocess.TimeoutExpired) as e:
         print(f"load.py: error: {e}", file=sys.stderr)
         return 1
     finally:
-        shutil.rmtree(view_root, ignore_errors=True)
+        if view_root is not None:
+            shutil.rmtree(view_root, ignore_errors=True)
     return 0
 
 

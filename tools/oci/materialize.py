@@ -26,12 +26,21 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tools.oci import ocitar  # noqa: E402
-from tools.oci.ocilayout import LayerDescriptor, LayoutError, blob_path, link_or_copy, read_layout  # noqa: E402
+from tools.oci.ocilayout import Image, LayoutError, blob_path, link_or_copy, parse_blob_args, read_layout  # noqa: E402
 
 
 def materialize(image: Path, blobs: dict[str, Path], out: Path, mode: str, verify: bool = False) -> str:
     """Writes the full layout to `out`; returns the manifest digest. `blobs`: digest -> file."""
-    img = read_layout(image)
+    return materialize_image(read_layout(image, blobs), out, mode, verify)
+
+
+def materialize_image(img: Image, out: Path, mode: str, verify: bool = False, partial: bool = False) -> str:
+    """materialize() of an image already read (its layers' paths say where the blobs are).
+
+    `partial`: layers without a blob (a shallow base's, kept in a registry) are left out
+    instead of refused (a push or a scan of what is here).
+    """
+    image = img.layout
     out.mkdir(parents=True, exist_ok=True)
     (out / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
     # The small files (index, oci-layout, manifest, config, embedded blobs) are always copied.
@@ -43,14 +52,14 @@ def materialize(image: Path, blobs: dict[str, Path], out: Path, mode: str, verif
         elif not dst.exists():
             shutil.copyfile(src, dst)
     missing = []
-    for layer in img.manifest.get("layers", []):
-        digest, size = layer["digest"], int(layer["size"])
+    for layer in img.layers:
+        digest, size, src = layer.digest, layer.size, layer.path
         dst = blob_path(out, digest)
         if dst.exists():
             continue
-        src = blobs.get(digest)
         if src is None:
-            missing.append(digest)
+            if not partial:
+                missing.append(digest)
             continue
         actual = os.stat(src).st_size
         if actual != size:
@@ -65,15 +74,10 @@ def materialize(image: Path, blobs: dict[str, Path], out: Path, mode: str, verif
     return img.manifest_digest
 
 
-def parse_blobs(items: list[str]) -> dict[str, Path]:
-    """--blob DESCRIPTOR=BLOB arguments (tools/oci's layer_args) -> {digest: blob file}."""
-    blobs = {}
-    for item in items:
-        desc, sep, blob = item.partition("=")
-        if not sep:
-            raise LayoutError(f"--blob {item!r}: expected DESCRIPTOR=BLOB")
-        blobs[LayerDescriptor.load(Path(desc)).digest] = Path(blob)
-    return blobs
+def link_view(image: Image, dest: Path) -> Path:
+    """`dest`: a layout of symlinks to every blob the image has here (shallow layers left out)."""
+    materialize_image(image, dest, "symlink", partial=True)
+    return dest
 
 
 def prepare_out(out: Path, replace: bool) -> Path:
@@ -102,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         args.out = prepare_out(args.out, args.replace)
-        digest = materialize(args.image, parse_blobs(args.blob), args.out, args.mode, args.verify)
+        digest = materialize(args.image, parse_blob_args(args.blob), args.out, args.mode, args.verify)
     except (LayoutError, OSError) as e:
         print(f"materialize.py: error: {e}", file=sys.stderr)
         return 1

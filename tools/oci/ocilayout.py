@@ -1,7 +1,13 @@
-"""OCI image config, manifest, index and image-layout directories, as canonical JSON.
+"""The OCI core: digests, descriptors, canonical JSON, config/manifest/index, layout read/write.
 
-Canonical JSON = sorted keys, no whitespace, UTF-8: the same content always gives the same
-bytes and therefore the same digest. `created` is fixed to the epoch.
+Canonical JSON = sorted keys, no whitespace, UTF-8 (non-ASCII kept as is): the same content
+always gives the same bytes and therefore the same digest. `created` is fixed to the epoch.
+Every tool of the project that writes or reads OCI documents uses this module (import
+`tools.oci.ocilayout`, Bazel `//tools/oci:ocilayout_lib`).
+
+Layouts written by tools/oci hold the manifest, the config and the embedded layers; the other
+layer blobs are "fulfilled by an external blob store" (the layer targets' outputs) and are
+passed to readers as `DESCRIPTOR=BLOB` pairs (`parse_blob_args`).
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ import hashlib
 import json
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +38,32 @@ def canonical_json(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
+def write_canonical(path: Path, obj: Any) -> None:
+    """`path` gets canonical_json(obj) plus a newline (the project's JSON side files)."""
+    Path(path).write_bytes(canonical_json(obj) + b"\n")
+
+
 def sha256_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return "sha256:" + digest.hexdigest()
+
+
+def parse_pairs(items: list[str], what: str) -> dict[str, str]:
+    """KEY=VALUE command-line items (--env, --label, ...) -> dict; `what` names the flag."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise LayoutError(f"--{what} {item!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
 
 
 def check_digest(value: str, where: str) -> str:
@@ -81,6 +111,14 @@ class LayerDescriptor:
     @staticmethod
     def load(path: Path) -> "LayerDescriptor":
         return LayerDescriptor.from_json(json.loads(Path(path).read_text()), str(path))
+
+    @staticmethod
+    def uncompressed(digest: str, size: int, created_by: str) -> "LayerDescriptor":
+        """An uncompressed tar layer: its digest is its diff_id."""
+        return LayerDescriptor(MEDIA_LAYER, digest, size, digest, created_by)
+
+    def write(self, path: Path) -> None:
+        write_canonical(path, self.to_json())
 
 
 def env_list_to_dict(env: list[str]) -> dict[str, str]:
@@ -227,37 +265,131 @@ def write_layout(out: Path, manifest_bytes: bytes, config_bytes: bytes, ref_name
 
 
 @dataclass(frozen=True)
-class LayoutImage:
-    """The single image of a layout directory."""
+class Layer:
+    """A manifest layer and where its blob is."""
+
+    digest: str  # sha256:<hex> of the blob as stored (== diff_id for uncompressed layers)
+    media_type: str
+    size: int
+    path: Path | None  # blob file (in the layout or given as DESCRIPTOR=BLOB); None: not here (shallow)
+
+
+@dataclass(frozen=True)
+class Image:
+    """The single image of a layout directory; manifest and config blobs checked against their digests."""
 
     layout: Path
     manifest_digest: str
+    manifest_bytes: bytes
     manifest: dict[str, Any]
+    config_digest: str
     config: dict[str, Any]
     ref_name: str
+    layers: list[Layer] = field(default_factory=list)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return env_list_to_dict(self.config.get("config", {}).get("Env") or [])
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return dict(self.config.get("config", {}).get("Labels") or {})
+
+    @property
+    def working_dir(self) -> str:
+        return self.config.get("config", {}).get("WorkingDir") or "/"
+
+    @property
+    def diff_ids(self) -> list[str]:
+        return list(self.config.get("rootfs", {}).get("diff_ids") or [])
+
+    def missing_layers(self) -> list[str]:
+        return [layer.digest for layer in self.layers if layer.path is None]
 
 
-def read_layout(layout: Path) -> LayoutImage:
-    layout = Path(layout)
+def _read_blob(layout: Path, digest: str, what: str) -> bytes:
+    path = blob_path(layout, check_digest(digest, f"{layout}: {what}"))
     try:
-        index = json.loads((layout / "index.json").read_text())
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise LayoutError(f"{layout}: {what} blob {digest} is missing ({path})") from None
+    if sha256_digest(data) != digest:
+        raise LayoutError(f"{path}: {what} blob does not hash to {digest}; rebuild the image")
+    return data
+
+
+def read_layout(layout: Path, blobs: dict[str, Path] | None = None, require_blobs: bool = False) -> Image:
+    """Reads the single image of `layout` (its index.json must list exactly one manifest).
+
+    `blobs` supplies layer blobs kept outside the layout (see parse_blob_args). A layer whose
+    blob is nowhere gets path None (a shallow base: the blobs stay in the registry), or, with
+    `require_blobs`, is an error.
+    """
+    layout = Path(layout)
+    blobs = blobs or {}
+    index_path = layout / "index.json"
+    try:
+        index = json.loads(index_path.read_text())
     except FileNotFoundError:
         raise LayoutError(f"{layout}: no index.json; is this an OCI image layout directory?") from None
     manifests = index.get("manifests") or []
     if len(manifests) != 1:
-        raise LayoutError(f"{layout}/index.json: expected exactly one manifest, found {len(manifests)}")
+        raise LayoutError(f"{index_path}: expected exactly one manifest, found {len(manifests)}")
     desc = manifests[0]
-    digest = check_digest(desc.get("digest", ""), f"{layout}/index.json")
-    raw = blob_path(layout, digest).read_bytes()
-    if sha256_digest(raw) != digest:
-        raise LayoutError(f"{layout}: manifest blob {digest} does not hash to its name; rebuild the image")
-    manifest = json.loads(raw)
-    cfg_digest = check_digest(manifest["config"]["digest"], f"{layout} manifest config")
-    cfg_raw = blob_path(layout, cfg_digest).read_bytes()
-    if sha256_digest(cfg_raw) != cfg_digest:
-        raise LayoutError(f"{layout}: config blob {cfg_digest} does not hash to its name; rebuild the image")
+    if desc.get("mediaType", MEDIA_MANIFEST) not in MANIFEST_TYPES:
+        raise LayoutError(f"{index_path}: manifest media type {desc.get('mediaType')!r} unsupported")
+    digest = desc.get("digest", "")
+    manifest_bytes = _read_blob(layout, digest, "manifest")
+    manifest = json.loads(manifest_bytes)
+    config_digest = manifest["config"]["digest"]
+    config = json.loads(_read_blob(layout, config_digest, "config"))
+    layers = []
+    for item in manifest.get("layers", []):
+        path = blobs.get(item["digest"]) or blob_path(layout, check_digest(item["digest"], f"{layout} manifest layer"))
+        if not path.exists():
+            if require_blobs:
+                raise LayoutError(
+                    f"{layout}: layer {item['digest']} is neither in the layout nor given with --blob"
+                    " (pass the image's layer blobs, or use the self-contained <image>.layout target)")
+            path = None
+        layers.append(Layer(item["digest"], item["mediaType"], int(item["size"]), path))
     ref = (desc.get("annotations") or {}).get(REF_NAME, "")
-    return LayoutImage(layout, digest, manifest, json.loads(cfg_raw), ref)
+    return Image(layout, digest, manifest_bytes, manifest, config_digest, config, ref, layers)
+
+
+def parse_blob_args(items: list[str]) -> dict[str, Path]:
+    """`DESCRIPTOR=BLOB` pairs (tools/oci's layer_args) -> {layer digest: blob file}.
+
+    Sizes are checked against the descriptors (cheap); hashes are not (Bazel made the pair).
+    """
+    blobs: dict[str, Path] = {}
+    for item in items:
+        descriptor, sep, blob = item.partition("=")
+        if not sep:
+            raise LayoutError(f"--blob {item!r}: expected DESCRIPTOR_JSON=BLOB_FILE")
+        # Only digest and size matter here: a manifest's layer entry serves as well.
+        try:
+            desc = json.loads(Path(descriptor).read_text())
+            digest, size = check_digest(desc["digest"], descriptor), int(desc["size"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise LayoutError(f"{descriptor}: not a layer descriptor with digest and size ({e})") from None
+        path = Path(blob)
+        if path.stat().st_size != size:
+            raise LayoutError(f"{blob}: {path.stat().st_size} bytes, but {descriptor} says {size}; rebuild the layer")
+        blobs[digest] = path
+    return blobs
+
+
+def find_layout(candidates: list[Path]) -> Path:
+    """The one candidate that is an OCI layout (a directory holding index.json).
+
+    Bazel's $(rootpaths) of an image target lists the layout directory and its .digest file.
+    """
+    layouts = [c for c in candidates if (Path(c) / "index.json").is_file()]
+    if len(layouts) != 1:
+        raise LayoutError(
+            f"expected exactly one OCI layout directory among {[str(c) for c in candidates]}, found {len(layouts)}")
+    return Path(layouts[0])
 
 
 def link_or_copy(src: Path, dst: Path, mode: str) -> None:

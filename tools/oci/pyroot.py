@@ -27,7 +27,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tools.oci import ocitar, pycompile  # noqa: E402
-from tools.oci.ocilayout import MEDIA_LAYER, LayerDescriptor, canonical_json  # noqa: E402
+from tools.oci.ocilayout import LayerDescriptor, write_canonical  # noqa: E402
 
 SITE = "usr/lib/python3/dist-packages"
 BIN = "usr/local/bin"
@@ -127,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
             pycompile.compile_tree(root, [SITE], workers=0, python=args.python)
             entries = list(ocitar.walk_tree(root))
             digest = ocitar.write_layer(entries, args.out)
-        desc = LayerDescriptor(MEDIA_LAYER, digest.digest, digest.size, digest.digest, args.created_by)
-        args.out_descriptor.write_bytes(canonical_json(desc.to_json()) + b"\n")
+        desc = LayerDescriptor.uncompressed(digest.digest, digest.size, args.created_by)
+        desc.write(args.out_descriptor)
         manifest: dict[str, Any] = {
             "kind": "python-wheels",
             "site": "/" + SITE,
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             "pruned": pruned,
             "layer": desc.to_json(),
         }
-        args.out_manifest.write_bytes(canonical_json(manifest) + b"\n")
+        write_canonical(args.out_manifest, manifest)
     except (WheelError, ocitar.LayerError, pycompile.CompileError, OSError) as e:
         print(f"pyroot.py: error: {e}", file=sys.stderr)
         return 1

@@ -19,8 +19,8 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.oci.materialize import materialize, parse_blobs  # noqa: E402
-from tools.oci.ocilayout import LayoutError, read_layout  # noqa: E402
+from tools.oci.materialize import materialize  # noqa: E402
+from tools.oci.ocilayout import LayoutError, parse_blob_args, read_layout  # noqa: E402
 
 TOOL = "oci-image-tool"
 
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="oci-validate.", dir=os.environ.get("TEST_TMPDIR")))
     try:
         view = scratch / "view"
-        digest = materialize(args.image, parse_blobs(args.blob), view, "symlink")
+        digest = materialize(args.image, parse_blob_args(args.blob), view, "symlink")
         if args.digest_file and args.digest_file.read_text().strip() != digest:
             raise LayoutError(f"{args.image} has manifest {digest}, but {args.digest_file} says "
                               f"{args.digest_file.read_text().strip()}; rebuild the image")

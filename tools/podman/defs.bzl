@@ -6,8 +6,8 @@ image_suite_test: a pytest suite inside an image, judged "all-pass" or "stock-bu
 image_files: <name>.json naming an image's layout, digest and layer blobs, all in runfiles.
 """
 
+load("//tools/podman/private:image_files.bzl", _image_files = "image_files")
 load("//tools/podman/private:image_test.bzl", _CONTAINER_TEST_TAGS = "CONTAINER_TEST_TAGS", _image_suite_test = "image_suite_test")
-load("//tools/podman/private:launcher.bzl", _image_files = "image_files")
 
 image_suite_test = _image_suite_test
 image_files = _image_files

@@ -16,7 +16,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.podman.oci_layout import link_view
+from tools.oci.materialize import materialize_image
+from tools.oci.ocilayout import Image
 from tools.podman.spec import NOFILE, NPROC, RunSpec
 
 _CONTAINERS_CONF = """\
@@ -132,35 +133,41 @@ def unavailable_reason(config: PodmanConfig) -> str | None:
     return None
 
 
-def pull(config: PodmanConfig, spec: RunSpec) -> str:
+def pull(config: PodmanConfig, image: Image, tag: str | None = None, timeout_s: float | None = None) -> str:
     """Loads the image into the project's storage; returns the image id (config digest hex).
 
     Pulls from a symlink view of the layout, so layer blobs kept outside it are found and
-    nothing is copied but what podman stores (layers it already has are skipped).
+    nothing is copied but what podman stores (layers it already has are skipped). The image
+    is named `tag`, default IMAGE_NAME:<manifest digest prefix>.
     """
+    config.write()
     # podman names an image pulled from oci:<dir> after the directory's path, which must
     # then be a valid reference ([a-z0-9] components, no leading dots): no ~/.cache, no
     # Bazel temp dirs. So the view lives at /tmp/glm53-engine-<uid>/<digest>-<pid>.
     views = Path("/tmp") / f"glm53-engine-{os.getuid()}"
     views.mkdir(mode=0o700, exist_ok=True)
-    view = views / f"{spec.image.manifest_digest.split(':', 1)[1][:16]}-{os.getpid()}"
+    view = views / f"{image.manifest_digest.split(':', 1)[1][:16]}-{os.getpid()}"
     shutil.rmtree(view, ignore_errors=True)
     try:
-        layout = link_view(spec.image, view)
-        done = _podman(config, "pull", "-q", "--signature-policy", str(config.policy), f"oci:{layout}")
+        materialize_image(image, view, "symlink")
+        done = _podman(config, "pull", "-q", "--signature-policy", str(config.policy), f"oci:{view}",
+                       timeout_s=timeout_s)
     finally:
         shutil.rmtree(view, ignore_errors=True)
     if done.returncode != 0:
-        raise PodmanError(f"podman pull of {spec.image.layout} failed:\n{done.stderr}")
+        raise PodmanError(f"podman pull of {image.layout} failed:\n{done.stderr}")
     image_id = done.stdout.strip().splitlines()[-1]
-    expected = spec.image.config_digest.split(":", 1)[1]
+    expected = image.config_digest.split(":", 1)[1]
     if image_id != expected:
         raise PodmanError(
             f"podman stored image {image_id}, but the layout's config is {expected};"
             " the layout changed while pulling, rebuild and retry"
         )
     # One stable name per image instead of one per temporary view path.
-    _podman(config, "tag", image_id, f"{IMAGE_NAME}:{spec.image.manifest_digest.split(':', 1)[1][:16]}")
+    tag = tag or f"{IMAGE_NAME}:{image.manifest_digest.split(':', 1)[1][:16]}"
+    tagged = _podman(config, "tag", image_id, tag)
+    if tagged.returncode != 0:
+        raise PodmanError(f"podman tag {image_id} {tag} failed:\n{tagged.stderr}")
     _podman(config, "untag", image_id, f"localhost{view}:latest")
     return image_id
 
@@ -175,7 +182,7 @@ def prune(config: PodmanConfig) -> int:
 def run(config: PodmanConfig, spec: RunSpec) -> int:
     """Pulls and runs; streams the container's output; returns its exit code."""
     config.write()
-    image_id = pull(config, spec)
+    image_id = pull(config, spec.image)
     args = [
         "run", "--rm", "--pull=never",
         "--network=none",

@@ -4,7 +4,8 @@ Each prefix of the layer chain is cached under its OCI ChainID, so v1, v2 and v3
 different patch layer) share the unpacked base: a new patch layer costs a hard-link copy of
 the base tree plus the patch layer, not a second 2 GB extraction. Files are always unlinked
 before they are written, so writing a layer never modifies a hard-linked file of the cached
-parent. Whiteouts (`.wh.<name>`, `.wh..wh..opq`) follow the OCI image spec.
+parent. Whiteouts (`.wh.<name>`, `.wh..wh..opq`) follow the OCI image spec, read by
+tools/oci/layerwalk.py (the one whiteout reader).
 """
 
 from __future__ import annotations
@@ -15,12 +16,11 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
-from tools.podman.oci_layout import Image, Layer
+from tools.oci import layerwalk
+from tools.oci.ocilayout import Image, Layer
 
-WHITEOUT_PREFIX = ".wh."
-OPAQUE = ".wh..wh..opq"
 # Mount points bubblewrap needs in a read-only root; created empty in every cached rootfs.
 MOUNT_POINTS = ("proc", "dev", "sys", "tmp", "root")
 
@@ -50,15 +50,6 @@ def chain_ids(diff_ids: list[str]) -> list[str]:
     return out
 
 
-def _safe_relpath(name: str, layer: Layer) -> PurePosixPath | None:
-    path = PurePosixPath(name.lstrip("/"))
-    if any(part == ".." for part in path.parts):
-        raise UnpackError(f"layer {layer.digest}: entry {name!r} escapes the root ('..')")
-    if str(path) in ("", "."):
-        return None
-    return path
-
-
 def _check_inside(root: Path, target: Path, name: str, layer: Layer) -> None:
     # A symlink planted by an earlier entry must not redirect a later write outside the root.
     parent = os.path.realpath(target.parent)
@@ -84,29 +75,24 @@ def apply_layer(root: Path, layer: Layer) -> None:
     if mode is None:
         raise UnpackError(f"layer {layer.digest}: media type {layer.media_type!r} is not supported")
     with tarfile.open(layer.path, mode) as tar:
-        members = tar.getmembers()
-        # Opaque markers hide the lower layers' content of a directory, whatever their
-        # position in this layer's tar, so they are applied before any entry is written.
-        for member in members:
-            rel = _safe_relpath(member.name, layer)
-            if rel is not None and rel.name == OPAQUE:
-                directory = root / rel.parent
-                _check_inside(root, directory / "x", member.name, layer)
-                if directory.is_dir() and not directory.is_symlink():
-                    for child in directory.iterdir():
-                        _remove(child)
+        try:
+            changes = layerwalk.changes(tar.getmembers(), layer.digest)
+        except layerwalk.LayerPathError as err:
+            raise UnpackError(str(err)) from None
         dirs: list[tuple[Path, tarfile.TarInfo]] = []
-        for member in members:
-            rel = _safe_relpath(member.name, layer)
-            if rel is None or rel.name == OPAQUE:
+        for change in changes:
+            member = change.member
+            target = root / change.path
+            if change.kind == "opaque":
+                _check_inside(root, target / "x", member.name, layer)
+                if target.is_dir() and not target.is_symlink():
+                    for child in target.iterdir():
+                        _remove(child)
                 continue
-            if rel.name.startswith(WHITEOUT_PREFIX):
-                victim = root / rel.parent / rel.name[len(WHITEOUT_PREFIX):]
-                _check_inside(root, victim, member.name, layer)
-                _remove(victim)
-                continue
-            target = root / rel
             _check_inside(root, target, member.name, layer)
+            if change.kind == "whiteout":
+                _remove(target)
+                continue
             if member.isdir():
                 if target.exists() and not target.is_dir():
                     _remove(target)
@@ -119,7 +105,10 @@ def apply_layer(root: Path, layer: Layer) -> None:
             if member.issym():
                 os.symlink(member.linkname, target)
             elif member.islnk():
-                source = root / _safe_relpath(member.linkname, layer)
+                try:
+                    source = root / layerwalk.normalise(member.linkname, layer.digest)
+                except layerwalk.LayerPathError as err:
+                    raise UnpackError(str(err)) from None
                 _check_inside(root, source, member.linkname, layer)
                 os.link(source, target)
                 continue

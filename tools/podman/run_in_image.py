@@ -27,7 +27,7 @@ import time
 from pathlib import Path, PurePosixPath
 
 from tools.podman import bwrap_backend, podman_backend, suite
-from tools.podman.oci_layout import LayoutError, find_layout, parse_blob_args, read_image
+from tools.oci.ocilayout import LayoutError, find_layout, parse_blob_args, parse_pairs, read_layout
 from tools.podman.rootfs import UnpackError
 from tools.podman.spec import GIB, Mount, RunSpec, default_cache_root
 
@@ -70,16 +70,6 @@ def _execute(spec: RunSpec, backend: str, cache: Path) -> int:
     return code
 
 
-def _parse_env(items: list[str]) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--env {item!r}: expected KEY=VALUE")
-        env[key] = value
-    return env
-
-
 def _parse_mounts(items: list[str]) -> list[Mount]:
     mounts = []
     for item in items:
@@ -106,7 +96,7 @@ def _scratch_dir() -> Path:
 
 
 def _image(args: argparse.Namespace):
-    return read_image(find_layout([Path(p) for p in args.layout]), parse_blob_args(args.blob))
+    return read_layout(find_layout([Path(p) for p in args.layout]), parse_blob_args(args.blob), require_blobs=True)
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -129,7 +119,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec = RunSpec(
         image=image,
         command=command,
-        env=_parse_env(args.env),
+        env=parse_pairs(args.env, "env"),
         mounts=_parse_mounts(args.mount),
         memory_bytes=int(args.memory_gib * GIB),
         shm_bytes=int(args.shm_gib * GIB),
@@ -160,7 +150,7 @@ def cmd_suite(args: argparse.Namespace) -> int:
     spec = RunSpec(
         image=image,
         command=["python3", f"{RUN_DIR}/pytest_driver.py", "--report", f"{OUT_DIR}/report.json", "--", *pytest_args],
-        env={"PYTHONDONTWRITEBYTECODE": "1", **_parse_env(args.env)},
+        env={"PYTHONDONTWRITEBYTECODE": "1", **parse_pairs(args.env, "env")},
         mounts=mounts,
         memory_bytes=int(args.memory_gib * GIB),
         shm_bytes=int(args.shm_gib * GIB),

@@ -7,7 +7,7 @@ import pwd
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.podman.oci_layout import Image
+from tools.oci.ocilayout import Image
 
 GIB = 1 << 30
 # Limits the runtime must set explicitly on machines of this project's kind (no

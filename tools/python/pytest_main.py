@@ -1,4 +1,5 @@
-"""Runs pytest inside a Bazel py_test: JUnit XML for Bazel, no cache writes, test filter."""
+"""Runs pytest inside a Bazel py_test: JUnit XML for Bazel, no cache writes, test filter,
+temporary directories in the test's own TEST_TMPDIR."""
 
 import os
 import sys
@@ -13,6 +14,11 @@ def main() -> int:
     xml = os.environ.get("XML_OUTPUT_FILE")
     if xml:
         args.append(f"--junitxml={xml}")
+    # Some tests write gigabytes (a loopback registry holding the CPU base); pytest's default
+    # base (/tmp/pytest-of-<user>, three runs kept) would leave them behind.
+    tmp = os.environ.get("TEST_TMPDIR")
+    if tmp and not any(a.startswith("--basetemp") for a in args):
+        args.append(f"--basetemp={os.path.join(tmp, 'pytest')}")
     only = os.environ.get("TESTBRIDGE_TEST_ONLY")
     if only:
         args += ["-k", only]

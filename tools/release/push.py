@@ -25,7 +25,8 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.podman.oci_layout import Image, LayoutError, find_layout, link_view, parse_blob_args, read_image  # noqa: E402
+from tools.oci.materialize import link_view  # noqa: E402
+from tools.oci.ocilayout import Image, LayoutError, find_layout, parse_blob_args, read_layout  # noqa: E402
 from tools.files import atomic  # noqa: E402
 from tools.release import record as record_lib  # noqa: E402
 from tools.oci.registry import (  # noqa: E402
@@ -102,7 +103,7 @@ def push(args: argparse.Namespace) -> int:
     facts = record_lib.Facts.load(args.facts)
     built = record_lib.read_built_digest(args.digest_file)
     record_lib.check_facts_match_build(facts, built, args.digest_file)
-    image = read_image(find_layout([Path(p) for p in args.layout]), parse_blob_args(args.blob), allow_shallow=True)
+    image = read_layout(find_layout([Path(p) for p in args.layout]), parse_blob_args(args.blob))
     if image.manifest_digest != built:
         raise PushError(
             f"layout {image.layout} holds {image.manifest_digest}, but {args.digest_file} says {built};"

@@ -37,8 +37,8 @@ import pytest
 
 from generators.compose_gen.cli import main as generate_main
 from tools.podman import podman_backend
-from tools.podman.oci_layout import parse_blob_args, read_image
-from tools.podman.spec import RunSpec, default_cache_root
+from tools.oci.ocilayout import parse_blob_args, read_layout
+from tools.podman.spec import default_cache_root
 from tools.rollout.compose_cli import Compose
 from tools.rollout.docker_api import DockerAPI
 from tools.rollout.rehearsal import HealthTicker, PodmanService, Prober, project_filter, project_objects, remove_objects
@@ -95,8 +95,8 @@ def _revision_a(tmp: Path) -> str:
 def _load_image(config: podman_backend.PodmanConfig, files_json: str) -> tuple[str, str, str]:
     """(manifest digest, local reference, image id) of an image_files target, pulled into podman."""
     files = json.loads((RUNFILES / files_json).read_text())
-    image = read_image(RUNFILES / files["layout"], parse_blob_args(files["blobs"]))  # blobs: relative to RUNFILES (cwd)
-    image_id = podman_backend.pull(config, RunSpec(image=image, command=[]))
+    image = read_layout(RUNFILES / files["layout"], parse_blob_args(files["blobs"]), require_blobs=True)  # blobs: relative to RUNFILES (cwd)
+    image_id = podman_backend.pull(config, image)
     ref = f"{podman_backend.IMAGE_NAME}:{image.manifest_digest.split(':', 1)[1][:16]}"
     return image.manifest_digest, ref, image_id
 

@@ -19,7 +19,7 @@ def _own_layers(ctx):
                 outputs = [desc],
                 mnemonic = "OciDescribeLayer",
             )
-            layers.append(OciLayerInfo(blob = f, descriptor = desc, manifest = None))
+            layers.append(OciLayerInfo(blob = f, descriptor = desc, contents = None))
     return layers
 
 def _oci_image_impl(ctx):
@@ -29,7 +29,7 @@ def _oci_image_impl(ctx):
     manifest = ctx.actions.declare_file(ctx.label.name + ".manifest.json")
     config = ctx.actions.declare_file(ctx.label.name + ".config.json")
     contents = ctx.actions.declare_file(ctx.label.name + ".contents.json")
-    digest = ctx.outputs.digest
+    digest = ctx.actions.declare_file(ctx.label.name + ".digest")
 
     args = ctx.actions.args()
     inputs = []
@@ -39,10 +39,10 @@ def _oci_image_impl(ctx):
         inputs += [base.layout, base.contents]
     for l in own:
         args.add("--layer", l.descriptor)
-        args.add("--layer-manifest", l.manifest.path if l.manifest else "-")
+        args.add("--layer-contents", l.contents.path if l.contents else "-")
         inputs.append(l.descriptor)
-        if l.manifest:
-            inputs.append(l.manifest)
+        if l.contents:
+            inputs.append(l.contents)
         if ctx.attr.embed_layers:
             args.add("--embed", "%s=%s" % (l.descriptor.path, l.blob.path))
             inputs.append(l.blob)
@@ -108,6 +108,7 @@ def _oci_image_impl(ctx):
         DefaultInfo(files = depset([layout, digest]), runfiles = ctx.runfiles(files = [layout, digest, manifest, config, contents])),
         info,
         OutputGroupInfo(
+            digest = depset([digest]),
             blobs = depset(blobs),
             descriptors = depset([l.descriptor for l in layers]),
             metadata = depset([manifest, config, contents]),
@@ -135,10 +136,9 @@ oci_image_rule = rule(
         "ref_name": attr.string(doc = "index.json ref name (default: the target name)"),
         "image_name": attr.string(doc = "name images built on this one record as their base.name"),
         "embed_layers": attr.bool(doc = "copy the blobs of `tars` into the layout directory (small layers only)"),
-        "_layer": attr.label(default = "//tools/oci:layer", executable = True, cfg = "host"),
-        "_image": attr.label(default = "//tools/oci:image", executable = True, cfg = "host"),
+        "_layer": attr.label(default = "//tools/oci:layer", executable = True, cfg = "exec"),
+        "_image": attr.label(default = "//tools/oci:image", executable = True, cfg = "exec"),
     },
-    outputs = {"digest": "%{name}.digest"},
 )
 
 def _path(f):
@@ -175,6 +175,6 @@ needs one directory; tests and run targets can materialise with symlinks instead
 (tools/oci/materialize.py --mode symlink).""",
     attrs = {
         "image": attr.label(providers = [OciImageInfo], mandatory = True),
-        "_materialize": attr.label(default = "//tools/oci:materialize", executable = True, cfg = "host"),
+        "_materialize": attr.label(default = "//tools/oci:materialize", executable = True, cfg = "exec"),
     },
 )

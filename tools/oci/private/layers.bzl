@@ -6,13 +6,13 @@ def _layer_outputs(ctx):
     return struct(
         tar = ctx.actions.declare_file(ctx.label.name + ".tar"),
         descriptor = ctx.actions.declare_file(ctx.label.name + ".descriptor.json"),
-        manifest = ctx.actions.declare_file(ctx.label.name + ".contents.json"),
+        contents = ctx.actions.declare_file(ctx.label.name + ".contents.json"),
     )
 
 def _layer_return(out):
     return [
-        DefaultInfo(files = depset([out.tar, out.descriptor, out.manifest])),
-        OciLayerInfo(blob = out.tar, descriptor = out.descriptor, manifest = out.manifest),
+        DefaultInfo(files = depset([out.tar, out.descriptor, out.contents])),
+        OciLayerInfo(blob = out.tar, descriptor = out.descriptor, contents = out.contents),
     ]
 
 def _relative(f, strip_prefix):
@@ -48,9 +48,9 @@ def _oci_layer_impl(ctx):
     }))
     ctx.actions.run(
         executable = ctx.executable._layer,
-        arguments = ["build", "--spec", spec.path, "--out", out.tar.path, "--out-descriptor", out.descriptor.path, "--out-contents", out.manifest.path],
+        arguments = ["build", "--spec", spec.path, "--out", out.tar.path, "--out-descriptor", out.descriptor.path, "--out-contents", out.contents.path],
         inputs = ctx.files.srcs + [spec],
-        outputs = [out.tar, out.descriptor, out.manifest],
+        outputs = [out.tar, out.descriptor, out.contents],
         mnemonic = "OciLayer",
         progress_message = "Writing layer %s" % ctx.label,
     )
@@ -70,7 +70,7 @@ Paths: package_dir + (workspace path of each file minus strip_prefix). Files get
         "empty_dirs": attr.string_list(),
         "symlinks": attr.string_dict(doc = "layer path -> link target"),
         "compile_python": attr.bool(doc = "add unchecked-hash .pyc for the .py files (CPython 3.11)"),
-        "_layer": attr.label(default = "//tools/oci:layer", executable = True, cfg = "host"),
+        "_layer": attr.label(default = "//tools/oci:layer", executable = True, cfg = "exec"),
     },
 )
 
@@ -86,7 +86,7 @@ def _debian_rootfs_layer_impl(ctx):
     args.add("--mode", mode)
     args.add("--out", out.tar)
     args.add("--out-descriptor", out.descriptor)
-    args.add("--out-manifest", out.manifest)
+    args.add("--out-manifest", out.contents)
 
     # Sandboxed, no network, remote-executable: every input is a declared file (the resolved
     # lock and the .debs the repository rule downloaded with their sha256).
@@ -94,7 +94,7 @@ def _debian_rootfs_layer_impl(ctx):
         executable = ctx.executable._debroot,
         arguments = [args],
         inputs = ctx.files.debs + [ctx.file.lock],
-        outputs = [out.tar, out.descriptor, out.manifest],
+        outputs = [out.tar, out.descriptor, out.contents],
         mnemonic = "DebianRootfs",
         progress_message = "Assembling the Debian runtime layer %s from %d .debs (%s lock)" % (ctx.label, len(ctx.files.debs), mode),
     )
@@ -112,7 +112,7 @@ debian_rootfs_layer = rule(
         "packages": attr.string_list(mandatory = True, doc = "roots of the closure (must match the lock's)"),
         "exclude": attr.string_list(doc = "closure members not installed (needed only by maintainer scripts)"),
         "lock_mode": attr.label(mandatory = True, providers = [LockModeInfo], doc = "strict: refuse a drifted resolved lock"),
-        "_debroot": attr.label(default = "//tools/oci:debroot", executable = True, cfg = "host"),
+        "_debroot": attr.label(default = "//tools/oci:debroot", executable = True, cfg = "exec"),
     },
 )
 
@@ -126,12 +126,12 @@ def _python_wheels_layer_impl(ctx):
     args.add("--created-by", "python wheels %s (%d wheels from %s)" % (ctx.label, len(ctx.files.wheels), ctx.file.lock.short_path))
     args.add("--out", out.tar)
     args.add("--out-descriptor", out.descriptor)
-    args.add("--out-manifest", out.manifest)
+    args.add("--out-manifest", out.contents)
     ctx.actions.run(
         executable = ctx.executable._pyroot,
         arguments = [args],
         inputs = ctx.files.wheels + [ctx.file.lock],
-        outputs = [out.tar, out.descriptor, out.manifest],
+        outputs = [out.tar, out.descriptor, out.contents],
         mnemonic = "PythonWheelsLayer",
         progress_message = "Installing %d locked wheels into layer %s" % (len(ctx.files.wheels), ctx.label),
         # GBs in and out: not worth shipping to a remote executor.
@@ -147,6 +147,6 @@ python_wheels_layer = rule(
         "lock": attr.label(allow_single_file = True, mandatory = True),
         "prune": attr.string_list(doc = "paths under dist-packages to delete after install"),
         "python": attr.string(default = "/usr/bin/python3", doc = "CPython 3.11 running pip --target and compileall"),
-        "_pyroot": attr.label(default = "//tools/oci:pyroot", executable = True, cfg = "host"),
+        "_pyroot": attr.label(default = "//tools/oci:pyroot", executable = True, cfg = "exec"),
     },
 )

@@ -5,7 +5,7 @@ OciLayerInfo = provider(
     fields = {
         "blob": "File: the layer blob (uncompressed tar), or None for a shallow base layer (not fetched)",
         "descriptor": "File: JSON {mediaType, digest, size, diff_id, created_by}",
-        "manifest": "File or None: what went into the layer (debs, wheels, patched files), for provenance and SBOM",
+        "contents": "File or None: JSON listing what went into the layer (debs, wheels, patched files), for provenance and SBOM",
     },
 )
 

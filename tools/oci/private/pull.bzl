@@ -129,7 +129,7 @@ def _shallow_base_impl(ctx):
         mnemonic = "ShallowBase",
         progress_message = "Checking the pulled base %s" % ctx.attr.image_name,
     )
-    layers = [OciLayerInfo(blob = None, descriptor = d, manifest = None) for d in ctx.files.descriptors]
+    layers = [OciLayerInfo(blob = None, descriptor = d, contents = None) for d in ctx.files.descriptors]
     return [
         DefaultInfo(files = depset([layout, ctx.file.digest])),
         OciImageInfo(

@@ -1,42 +1,13 @@
 """Consumable outputs of an image: `.view` (symlinked full layout), `.load` (podman storage or
 docker-archive) and the `oci-image-tool validate` conformance test."""
 
+load(":launcher.bzl", "image_runfiles_args", "require_blobs", "write_launcher")
 load(":providers.bzl", "OciImageInfo")
 
-def _quote(s):
-    return "'" + s.replace("'", "'\"'\"'") + "'"
-
-def _launcher(ctx, tool, args, files, what):
-    """DefaultInfo of a bash script running `tool` with `args` (runfiles-relative) + "$@"."""
-    script = ctx.actions.declare_file(ctx.label.name + ".sh")
-    ctx.actions.write(script, "\n".join([
-        "#!/usr/bin/env bash",
-        "# %s (generated for %s)." % (what, ctx.label),
-        "set -euo pipefail",
-        "exec %s %s \"$@\"" % (_quote(tool.files_to_run.executable.short_path), " ".join([_quote(a) for a in args])),
-        "",
-    ]), is_executable = True)
-    runfiles = ctx.runfiles(files = files).merge(tool[DefaultInfo].default_runfiles)
-    return DefaultInfo(executable = script, runfiles = runfiles)
-
-def image_runfiles_args(image):
-    """(--image/--blob arguments, files) of an OciImageInfo, runfiles-relative.
-
-    Every layer blob is a runfile (symlinked, never copied), so a program can build the full
-    layout from symlinks. Fails for a shallow base (no blobs).
-    """
-    if [l for l in image.layers if l.blob == None]:
-        fail("%s has shallow layers (no blobs); pull its base to view, load or validate it" % image.layout.short_path)
-    args = ["--image", image.layout.short_path]
-    files = [image.layout, image.digest]
-    for l in image.layers:
-        args += ["--blob", "%s=%s" % (l.descriptor.short_path, l.blob.short_path)]
-        files += [l.descriptor, l.blob]
-    return args, files
-
 def _view_impl(ctx):
+    require_blobs(ctx.attr.image[OciImageInfo], "view")
     args, files = image_runfiles_args(ctx.attr.image[OciImageInfo])
-    return [_launcher(ctx, ctx.attr._materialize, args + ["--mode", "symlink", "--replace", "--out"], files, "bazel run TARGET -- DIR: the full layout of symlinks")]
+    return [write_launcher(ctx, ctx.attr._materialize, args + ["--mode", "symlink", "--replace", "--out"], files, "bazel run TARGET -- DIR: the full layout of symlinks")]
 
 oci_view = rule(
     implementation = _view_impl,
@@ -54,9 +25,10 @@ old view there is replaced.""",
 )
 
 def _load_impl(ctx):
+    require_blobs(ctx.attr.image[OciImageInfo], "load")
     args, files = image_runfiles_args(ctx.attr.image[OciImageInfo])
     tag = ctx.attr.repo_tag or "localhost/%s:latest" % ctx.attr.image.label.name
-    return [_launcher(ctx, ctx.attr._load, args + ["--tag", tag], files, "load the image into podman or a docker-archive tar")]
+    return [write_launcher(ctx, ctx.attr._load, args + ["--tag", tag], files, "load the image into podman or a docker-archive tar")]
 
 oci_load = rule(
     implementation = _load_impl,
@@ -73,8 +45,9 @@ instead; `-- --tag T` overrides the tag. Like rules_oci's oci_load.""",
 
 def _validate_test_impl(ctx):
     image = ctx.attr.image[OciImageInfo]
+    require_blobs(image, "validate")
     args, files = image_runfiles_args(image)
-    return [_launcher(ctx, ctx.attr._validate, args + ["--digest-file", image.digest.short_path], files, "oci-image-tool validate on the full view")]
+    return [write_launcher(ctx, ctx.attr._validate, args + ["--digest-file", image.digest.short_path], files, "oci-image-tool validate on the full view")]
 
 oci_validate_test = rule(
     implementation = _validate_test_impl,

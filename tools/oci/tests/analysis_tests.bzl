@@ -29,8 +29,8 @@ def _image_providers_impl(ctx):
     asserts.equals(env, ["example_image", "example_image.digest"], sorted([f.basename for f in target[DefaultInfo].files.to_list()]))
     asserts.equals(env, 2, len(info.layers), "base layer + own tar")
     base_layer, own_layer = info.layers
-    asserts.true(env, base_layer.manifest != None, "an oci_layer records its contents")
-    asserts.equals(env, None, own_layer.manifest, "a plain .tar has no contents record")
+    asserts.true(env, base_layer.contents != None, "an oci_layer records its contents")
+    asserts.equals(env, None, own_layer.contents, "a plain .tar has no contents record")
     asserts.equals(env, "example.tar", own_layer.blob.basename)
     asserts.equals(env, str(target.label), info.image_name, "image_name defaults to the label")
     action = _one_action(env, "OciImage")
@@ -46,6 +46,15 @@ def _image_providers_impl(ctx):
     return analysistest.end(env)
 
 image_providers_test = analysistest.make(_image_providers_impl)
+
+def _digest_target_impl(ctx):
+    # <image>.digest is made by the oci_image macro from the rule's "digest" output group.
+    env = analysistest.begin(ctx)
+    files = analysistest.target_under_test(env)[DefaultInfo].files.to_list()
+    asserts.equals(env, ["tools/oci/example_image.digest"], [f.short_path for f in files])
+    return analysistest.end(env)
+
+digest_target_test = analysistest.make(_digest_target_impl)
 
 def _tars_reject_impl(ctx):
     env = analysistest.begin(ctx)

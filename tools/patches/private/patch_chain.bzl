@@ -110,6 +110,6 @@ Outputs <name>/patched (only the touched files, sglang/...), <name>/PROVENANCE.j
     attrs = {
         "series": attr.label(providers = [PatchSeriesInfo], mandatory = True),
         "base": attr.label(default = "@sglang_src_0_5_19//:tree", allow_files = True, doc = "files of the package root (holding sglang/)"),
-        "_applier": attr.label(default = "//tools/patches/private:apply", executable = True, cfg = "host"),
+        "_applier": attr.label(default = "//tools/patches/private:apply", executable = True, cfg = "exec"),
     },
 )

@@ -1,7 +1,6 @@
 """image_suite_test: runs a CPU test suite inside an image with run_in_image.py."""
 
-load("//tools/oci:defs.bzl", "OciImageInfo")
-load(":launcher.bzl", "image_args", "write_launcher")
+load("//tools/oci:defs.bzl", "OciImageInfo", "image_runfiles_args", "write_launcher")
 
 # Tests that start containers must run on the local host, outside Bazel's sandbox (podman keeps
 # its storage under ~/.cache and needs /run), one at a time (2 cores, GBs of image), and never
@@ -12,7 +11,7 @@ CONTAINER_TEST_TAGS = ["local", "no-remote", "no-sandbox", "exclusive", "require
 def _impl(ctx):
     if bool(ctx.attr.tests_in_image) == bool(ctx.files.host_tests):
         fail("%s: give exactly one of tests_in_image or host_tests" % ctx.label)
-    args, files = image_args(ctx.attr.image[OciImageInfo])
+    args, files = image_runfiles_args(ctx.attr.image[OciImageInfo], layout_flag = "--layout")
     args = ["suite", "--backend=" + ctx.attr.backend, "--expect=" + ctx.attr.expect] + args
     if ctx.attr.markers:
         args.append("--markers=" + ctx.attr.markers)

@@ -7,22 +7,18 @@ one the CPU base carries) in about a second.
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import os
 import shutil
 import subprocess
 import tarfile
 from pathlib import Path
 
+from tools.oci import ocilayout
+
 HOST_PYTHON = "/usr/bin/python3"
 _PY_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py")
 _STDLIB_SKIP = {"test", "idlelib", "tkinter", "lib2to3", "ensurepip", "turtledemo", "__pycache__"}
-
-
-def _canonical(obj) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
 
 
 def _needed_libs(paths: list[Path]) -> set[Path]:
@@ -105,38 +101,19 @@ def whiteout(name: str) -> tarfile.TarInfo:
     return info
 
 
-def _blob(layout: Path, data: bytes) -> str:
-    digest = hashlib.sha256(data).hexdigest()
-    (layout / "blobs/sha256").mkdir(parents=True, exist_ok=True)
-    (layout / "blobs/sha256" / digest).write_bytes(data)
-    return "sha256:" + digest
-
-
 def write_layout(layout: Path, layers: list[bytes], env: dict[str, str] | None = None,
                  labels: dict[str, str] | None = None) -> str:
-    """Writes an OCI layout of uncompressed `layers`; returns the manifest digest."""
-    layout.mkdir(parents=True)
-    descs = [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": _blob(layout, data),
-              "size": len(data)} for data in layers]
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", **(env or {})}
-    config = _canonical({
-        "architecture": "amd64", "os": "linux", "created": "1970-01-01T00:00:00Z",
-        "config": {"Env": [f"{k}={v}" for k, v in env.items()], "Labels": labels or {}},
-        "rootfs": {"type": "layers", "diff_ids": [d["digest"] for d in descs]},
-        "history": [{"created": "1970-01-01T00:00:00Z"} for _ in descs],
-    })
-    manifest = _canonical({
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                   "digest": _blob(layout, config), "size": len(config)},
-        "layers": descs,
-    })
-    digest = _blob(layout, manifest)
-    (layout / "index.json").write_bytes(_canonical({"schemaVersion": 2, "manifests": [{
-        "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": digest,
-        "size": len(manifest), "annotations": {"org.opencontainers.image.ref.name": "latest"}}]}))
-    (layout / "oci-layout").write_bytes(_canonical({"imageLayoutVersion": "1.0.0"}))
-    return digest
+    """Writes an OCI layout of uncompressed `layers` (tools/oci's writer); returns the manifest digest."""
+    descs = []
+    (layout / "blobs" / "sha256").mkdir(parents=True)
+    for data in layers:
+        desc = ocilayout.LayerDescriptor.uncompressed(ocilayout.sha256_digest(data), len(data), "host_image")
+        ocilayout.blob_path(layout, desc.digest).write_bytes(data)
+        descs.append(desc)
+    changes = ocilayout.ConfigChanges(env={"PATH": "/usr/local/bin:/usr/bin:/bin", **(env or {})}, labels=labels or {})
+    config = ocilayout.canonical_json(ocilayout.derive_config(None, descs, changes))
+    manifest = ocilayout.canonical_json(ocilayout.make_manifest(config, None, descs))
+    return ocilayout.write_layout(layout, manifest, config, "latest")
 
 
 def layer_of(root: Path | None, extra: list[tarfile.TarInfo] = ()) -> bytes:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tools.podman import rootfs
-from tools.podman.oci_layout import read_image
+from tools.oci.ocilayout import read_layout
 from tools.podman.tests.host_image import layer_of, whiteout, write_layout, write_tree
 
 
@@ -20,7 +20,7 @@ def _image(tmp_path: Path, *trees: dict[str, str], extra_last: list[tarfile.TarI
         root = write_tree(tmp_path / f"l{i}", files) if files else None
         layers.append(layer_of(root, extra_last if i == len(trees) - 1 else ()))
     write_layout(tmp_path / "img", layers)
-    return read_image(tmp_path / "img")
+    return read_layout(tmp_path / "img")
 
 
 def test_later_layer_overrides_and_whiteouts(tmp_path: Path) -> None:
@@ -72,7 +72,7 @@ def _raw_layer_image(tmp_path: Path, members: list[tuple[tarfile.TarInfo, bytes]
         for info, data in members:
             tar.addfile(info, io.BytesIO(data) if data else None)
     write_layout(tmp_path / "img", [buf.getvalue()])
-    return read_image(tmp_path / "img")
+    return read_layout(tmp_path / "img")
 
 
 def test_dotdot_entry_is_refused(tmp_path: Path) -> None:

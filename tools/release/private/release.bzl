@@ -1,8 +1,7 @@
 """Release targets of an engine image: facts, .release, .push, record test, evidence, verify."""
 
-load("//tools/oci:defs.bzl", "OciImageInfo", "OciLayerInfo")
+load("//tools/oci:defs.bzl", "OciImageInfo", "OciLayerInfo", "image_runfiles_args", "write_launcher")
 load("//tools/patches:defs.bzl", "PatchChainInfo")
-load("//tools/podman/private:launcher.bzl", "image_args", "write_launcher")
 load(":sbom.bzl", "layer_sbom_aspect", "merged_sbom")
 
 def _recipe(ctx):
@@ -51,7 +50,7 @@ release_facts = rule(
         "patch_layer": attr.label(providers = [OciLayerInfo], mandatory = True),
         "patches_json": attr.label(allow_single_file = True, mandatory = True),
         "chain": attr.label(providers = [PatchChainInfo], mandatory = True),
-        "_facts": attr.label(default = "//tools/release:facts", executable = True, cfg = "host"),
+        "_facts": attr.label(default = "//tools/release:facts", executable = True, cfg = "exec"),
     },
 )
 
@@ -76,7 +75,7 @@ release_run = rule(
 
 def _push_run_impl(ctx):
     image = ctx.attr.image[OciImageInfo]
-    layout_args, files = image_args(image)
+    layout_args, files = image_runfiles_args(image, layout_flag = "--layout")
     args = layout_args + ["--digest-file", image.digest.short_path, "--facts", ctx.file.facts.short_path]
     return [write_launcher(ctx, ctx.attr._push, args, files + [ctx.file.facts], "push and record")]
 
@@ -172,8 +171,8 @@ image_evidence = rule(
         "facts": attr.label(allow_single_file = True, mandatory = True),
         "locks": attr.label_list(allow_files = True),
         "key": attr.label(allow_single_file = True, mandatory = True),
-        "_evidence": attr.label(default = "//tools/release:evidence", executable = True, cfg = "host"),
-        "_layer_sbom": attr.label(default = "//tools/release:layer_sbom", executable = True, cfg = "host"),
+        "_evidence": attr.label(default = "//tools/release:evidence", executable = True, cfg = "exec"),
+        "_layer_sbom": attr.label(default = "//tools/release:layer_sbom", executable = True, cfg = "exec"),
     },
 )
 

@@ -26,9 +26,10 @@ import pytest
 
 from tools.oci import image as oci_image
 from tools.oci import pull, shallow_layout
+from tools.oci.materialize import link_view
+from tools.oci.ocilayout import read_layout
 from tools.oci.registry import RegistryError, Repository
 from tools.oci.testing.local_registry import LocalRegistry
-from tools.podman.oci_layout import link_view, read_image
 from tools.podman.tests.host_image import layer_of, write_layout, write_tree
 from tools.release.push import push_image
 
@@ -66,7 +67,7 @@ def setup(tmp_path_factory):
                         layer_of(write_tree(tmp / "l2", {"usr/bin/tool": "#!/bin/true\n"}))])
     local = _assemble(base, tmp / "local")
     with LocalRegistry(tmp / "registry") as registry:
-        yield tmp, registry, read_image(base), local
+        yield tmp, registry, read_layout(base, require_blobs=True), local
 
 
 def test_byte_identical_seed_rebuilds_the_same_image(setup) -> None:
@@ -103,7 +104,7 @@ def test_recompressed_base_same_patch_layer_and_pushable(setup, capsys) -> None:
                            f"--label=org.opencontainers.image.base.name={registry.address}/{repo.path}",
                            f"--label-from-file=org.opencontainers.image.base.digest={shallow / 'digest'}")
         assert digest != local
-        on_prod = read_image(out / "layout", allow_shallow=True)
+        on_prod = read_layout(out / "layout")
         assert on_prod.layers[-1].digest == json.loads(Path(_patch_layer()[0]).read_text())["digest"]
         assert [layer.path is None for layer in on_prod.layers] == [True] * (len(on_prod.layers) - 1) + [False]
 

@@ -28,8 +28,8 @@ import pytest
 
 from tools.oci import image as oci_image
 from tools.oci import pull, shallow_layout
+from tools.oci.ocilayout import read_layout
 from tools.oci.testing.local_registry import LocalRegistry
-from tools.podman.oci_layout import read_image
 from tools.podman.tests.host_image import layer_of, write_layout, write_tree
 from tools.release.push import push_image
 
@@ -121,7 +121,7 @@ def test_carrying_docker_typed_base_builds_an_all_oci_image_that_pushes(registry
     assert {l["mediaType"] for l in manifest["layers"]} <= OCI_LAYER_TYPES
     assert manifest["layers"][-1]["digest"] == json.loads(Path(descriptor).read_text())["digest"]
 
-    engine = read_image(out / "layout", allow_shallow=True)
+    engine = read_layout(out / "layout")
     served = push_image(engine, reg.repository("nearai/sglang-glm53"), "prod-small", reg.skopeo)
     assert served == built
 

@@ -56,8 +56,8 @@ def build_patch_layer(tool, chain: FakeChain, out: Path, recipe: str = "glm53_v3
     paths = {k: out / f"patch_layer.{k}" for k in ("tar", "descriptor", "digest", "contents", "patches", "labels")}
     args = ["--patched", str(chain.patched), "--declaration", str(chain.declaration),
             "--provenance-json", str(chain.provenance_json), "--provenance-text", str(chain.provenance_text),
-            "--recipe", recipe, "--out", str(paths["tar"]), "--out-descriptor", str(paths["descriptor"]),
-            "--out-digest", str(paths["digest"]), "--out-manifest", str(paths["contents"]),
+            "--recipe", recipe, "--recipe-dir", f"/usr/share/glm53-engine/{recipe}", "--out", str(paths["tar"]), "--out-descriptor", str(paths["descriptor"]),
+            "--out-digest", str(paths["digest"]), "--out-contents", str(paths["contents"]),
             "--out-patches", str(paths["patches"]), "--out-labels", str(paths["labels"])]
     for src, short in chain.tests:
         args += ["--test", f"{src}={short}"]

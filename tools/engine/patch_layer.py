@@ -5,7 +5,7 @@ The layer holds only what the chain produced, so it is the same bytes on every b
                                        the CPU base ships unchecked .pyc of the stock files,
                                        which would otherwise shadow the patched sources)
   <site>/sglang/.../.wh.<name>         whiteouts for files the chain deletes (and their .pyc)
-  /usr/share/glm53-engine/<recipe>/    series.json (resolved declaration), PROVENANCE,
+  <recipe dir>/                        series.json (resolved declaration), PROVENANCE,
                                        PROVENANCE.json, patches.json, tests/<series>/...
 
 patches.json lists every patch as {name, version, activation, series, file}; the labels file
@@ -29,10 +29,9 @@ if __package__ in (None, ""):
 
 from tools.oci import ocitar, pycompile  # noqa: E402
 from tools.oci.layer import contents  # noqa: E402
-from tools.oci.ocilayout import MEDIA_LAYER, LayerDescriptor, canonical_json  # noqa: E402
+from tools.oci.ocilayout import LayerDescriptor, write_canonical  # noqa: E402
 
 LABEL_PREFIX = "ai.glm53.patch."
-RECIPES_DIR = "usr/share/glm53-engine"
 PYC_TAG = "cpython-311"
 
 
@@ -105,7 +104,7 @@ def build(args: argparse.Namespace) -> None:
     provenance = json.loads(args.provenance_json.read_text())
     table = patch_table(declaration)
     site = ocitar.normalise_path(args.site)
-    recipe_dir = f"{RECIPES_DIR}/{args.recipe}"
+    recipe_dir = ocitar.normalise_path(args.recipe_dir)
     with tempfile.TemporaryDirectory(prefix="patch-layer-") as tmp:
         root = Path(tmp)
         shutil.copytree(args.patched, root / site, symlinks=False, dirs_exist_ok=True)
@@ -124,7 +123,7 @@ def build(args: argparse.Namespace) -> None:
         shutil.copyfile(args.declaration, rd / "series.json")
         shutil.copyfile(args.provenance_json, rd / "PROVENANCE.json")
         shutil.copyfile(args.provenance_text, rd / "PROVENANCE")
-        (rd / "patches.json").write_bytes(canonical_json(table) + b"\n")
+        write_canonical(rd / "patches.json", table)
         for item in args.test:
             src, _, short = item.partition("=")
             dst = rd / test_destination(short)
@@ -135,11 +134,12 @@ def build(args: argparse.Namespace) -> None:
         entries = list(ocitar.walk_tree(root, file_mode=ocitar.FILE_MODE))
         digest = ocitar.write_layer(entries, args.out)
         layer_contents = contents(entries)
-    desc = LayerDescriptor(MEDIA_LAYER, digest.digest, digest.size, digest.digest,
-                           f"patch layer: series {declaration.get('series')} ({len(table)} patches), recipe {args.recipe}")
-    args.out_descriptor.write_bytes(canonical_json(desc.to_json()) + b"\n")
+    desc = LayerDescriptor.uncompressed(
+        digest.digest, digest.size,
+        f"patch layer: series {declaration.get('series')} ({len(table)} patches), recipe {args.recipe}")
+    desc.write(args.out_descriptor)
     args.out_digest.write_text(digest.digest + "\n")
-    args.out_patches.write_bytes(canonical_json(table) + b"\n")
+    write_canonical(args.out_patches, table)
     args.out_labels.write_text("".join(line + "\n" for line in labels(table)))
     manifest = {
         "kind": "patch-layer",
@@ -153,7 +153,7 @@ def build(args: argparse.Namespace) -> None:
         "files": layer_contents["files"],
         "layer": desc.to_json(),
     }
-    args.out_manifest.write_bytes(canonical_json(manifest) + b"\n")
+    write_canonical(args.out_contents, manifest)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,11 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--provenance-text", type=Path, required=True)
     p.add_argument("--test", action="append", default=[], metavar="FILE=SHORT_PATH", help="a CPU test file")
     p.add_argument("--recipe", required=True, help="recipe name, e.g. glm53_v3")
+    p.add_argument("--recipe-dir", required=True,
+                   help="where the recipe files go in the image, e.g. /usr/share/glm53-engine/glm53_v3")
     p.add_argument("--site", default="/usr/lib/python3/dist-packages", help="the directory holding sglang/ in the image")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--out-descriptor", type=Path, required=True)
     p.add_argument("--out-digest", type=Path, required=True)
-    p.add_argument("--out-manifest", type=Path, required=True)
+    p.add_argument("--out-contents", type=Path, required=True)
     p.add_argument("--out-patches", type=Path, required=True)
     p.add_argument("--out-labels", type=Path, required=True)
     args = p.parse_args(argv)

@@ -38,7 +38,7 @@ def engine(tmp: Path, tool, base: dict[str, Path], layer: dict[str, Path], label
 def structure(tool, img: Path, base: dict[str, Path], layer: dict[str, Path], chain_root: Path):
     return tool("structure", "--image", str(img), "--base-image", str(base["layout"]), "--expect-inherited",
                 "--blob", f"{base['desc']}={base['tar']}", "--blob", f"{layer['descriptor']}={layer['tar']}",
-                "--provenance", str(chain_root / "PROVENANCE.json"), "--recipe", "glm53_v3",
+                "--provenance", str(chain_root / "PROVENANCE.json"), "--recipe-dir", "/usr/share/glm53-engine/glm53_v3",
                 "--expect-labels-file", str(layer["labels"]), "--expect-label", "org.opencontainers.image.base.name=base",
                 "--expect-env", "PATH=/usr/bin", "--expect-file", f"/{SITE}/sglang/srt/x.py", check=False)
 

@@ -59,6 +59,6 @@ def test_missing_sglang_dir_is_an_error(tmp_path: Path, tool) -> None:
     out.mkdir()
     proc = tool("patch_layer", "--patched", str(chain.patched), "--declaration", str(chain.declaration),
                 "--provenance-json", str(chain.provenance_json), "--provenance-text", str(chain.provenance_text),
-                "--recipe", "r", "--out", str(out / "t"), "--out-descriptor", str(out / "d"), "--out-digest", str(out / "g"),
-                "--out-manifest", str(out / "m"), "--out-patches", str(out / "p"), "--out-labels", str(out / "l"), check=False)
+                "--recipe", "r", "--recipe-dir", "/usr/share/glm53-engine/r", "--out", str(out / "t"), "--out-descriptor", str(out / "d"), "--out-digest", str(out / "g"),
+                "--out-contents", str(out / "m"), "--out-patches", str(out / "p"), "--out-labels", str(out / "l"), check=False)
     assert proc.returncode == 1 and "holds no sglang/ directory" in proc.stderr
