@@ -3,9 +3,11 @@
     ./tools/bazel run //tools/remote:conformance -- [--mode cache|exec] [--targets ...]
 
 Starts BuildGrid 0.4.4 (hash-locked from PyPI) on 127.0.0.1 as CAS and action cache, and in
-`exec` mode also PostgreSQL (its scheduler database) and tools/remote/bot.py as the worker. Then
-runs `bazel test` on a representative subset twice, each time from a fresh output base, and
-asserts the second run was served from the remote cache. Every process it starts, it stops by
+`exec` mode also PostgreSQL (its scheduler database) and tools/remote/bot.py as the worker, which
+runs every action inside //tools/remote:exec_image (the platform's pinned container-image) with
+bubblewrap. Then runs `bazel test` on a representative subset twice, each time from a fresh
+output base, and asserts the second run was served from the remote cache; in `exec` mode also
+that every action the bot ran ran in the pinned image. Every process it starts, it stops by
 process group; its scratch directory is removed at the end.
 """
 
@@ -27,19 +29,24 @@ from pathlib import Path
 
 from tools.remote.buildgrid_config import ServerConfig
 
-# Representative of the graph: the toolchain, locks, patch chains (applier tests and the real
-# v1/v2/v3 chains), the compose generator, and the pure-Python validators.
+# Representative of the graph: the toolchain, locks, patch chains (applier tests, the real
+# v1/v2/v3 chains and their test), the v3 image (patch layer, config, manifest: //recipes:glm53_v3
+# is built), the compose generator, the pure-Python validators and the remote tooling itself.
+# `bazel test` skips the targets tagged no-remote that the patterns match.
 DEFAULT_TARGETS = (
     "//tools/ci/...",
     "//tools/python/...",
     "//third_party/python/...",
     "//tools/patches/...",
+    "//patches:v3",
     "//patches:chains_test",
+    "//recipes:glm53_v3",
     "//generators/...",
     "//validators:structure_test",
     "//validators:services_test",
     "//validators:telemetry_test",
     "//validators:prod_contract_test",
+    "//tools/remote/...",
 )
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 
@@ -136,6 +143,15 @@ def bazel_test(workspace: Path, output_base: Path, flags: list[str], targets: li
     return proc.stdout
 
 
+def check_bot_images(bot_log: str, pinned: str) -> int:
+    """Every action the bot ran ran in the pinned image; returns how many ran."""
+    images = re.findall(r"^bot: lease \S+: exit -?\d+ in image (\S+)$", bot_log, re.M)
+    others = sorted(set(images) - {pinned})
+    if others:
+        raise ConformanceError(f"the bot ran actions in {others}, not the pinned rbe_image {pinned}")
+    return len(images)
+
+
 def check_second_run_cached(output: str) -> tuple[int, int]:
     """Every test of the second run must be (cached) and actions must hit the remote cache."""
     results = re.findall(r"^(//\S+)\s+(\(cached\) )?PASSED", output, re.M)
@@ -159,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     # A SIGTERM must still run the clean-up below (children live in their own process groups).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     workspace = Path(os.environ.get("BUILD_WORKSPACE_DIRECTORY", Path.cwd()))
-    lock = Path(__file__).resolve().parent.parent.parent / "third_party" / "python" / "remote_conformance.lock"  # runfiles
+    runfiles = Path(__file__).absolute().parents[2]  # this workspace's tree in the runfiles
+    lock = runfiles / "third_party" / "python" / "remote_conformance.lock"
     scratch = Path(tempfile.mkdtemp(prefix="glm53-remote-"))
     procs = Processes()
     started = time.monotonic()
@@ -177,21 +194,29 @@ def main(argv: list[str] | None = None) -> int:
                              scratch / "buildgrid.log", env=env)
         wait_for_port(port, server, "BuildGrid")
         endpoint = f"grpc://127.0.0.1:{port}"
-        flags = ["--config=remote-cache", f"--remote_cache={endpoint}"]
+        # A no-remote test runs locally and is never cached remotely: the second run would rerun it.
+        flags = ["--config=remote-cache", f"--remote_cache={endpoint}", "--test_tag_filters=-no-remote"]
         if args.mode == "exec":
             bot_env = {**env, "PYTHONPATH": f"{site}:{workspace}"}
-            procs.start("bot", [sys.executable, "-m", "tools.remote.bot", f"127.0.0.1:{port}", "--scratch", str(scratch)],
+            procs.start("bot", [sys.executable, "-m", "tools.remote.bot", f"127.0.0.1:{port}", "--scratch", str(scratch),
+                                "--image-files", str(runfiles / "tools" / "remote" / "exec_image_files.json"),
+                                "--runfiles", str(runfiles)],
                         scratch / "bot.log", env=bot_env, cwd=workspace)
-            flags = ["--config=remote", f"--remote_executor={endpoint}"]
+            flags = ["--config=remote", f"--remote_executor={endpoint}", "--test_tag_filters=-no-remote"]
         first = bazel_test(workspace, scratch / "ob1", flags, args.targets, scratch / "run1.log")
         remote_actions = re.search(r"(\d+) remote[,.]", first)
         second = bazel_test(workspace, scratch / "ob2", flags, args.targets, scratch / "run2.log")
         tests, hits = check_second_run_cached(second)
+        in_image = ""
+        if args.mode == "exec":
+            if not remote_actions:
+                raise ConformanceError("no action ran on the remote executor in the first run")
+            pinned = (runfiles / "tools" / "remote" / "exec_image.digest").read_text().strip()
+            ran = check_bot_images((scratch / "bot.log").read_text(), pinned)
+            in_image = f" (the bot ran {ran} actions, all in the execution image {pinned})"
         print(f"conformance ({args.mode}) against BuildGrid at {endpoint}: first run "
-              f"{remote_actions.group(1) if remote_actions else 0} remotely executed actions; second run from a clean "
-              f"output base: {tests} tests all (cached), {hits} remote cache hits; {time.monotonic() - started:.1f} s")
-        if args.mode == "exec" and not remote_actions:
-            raise ConformanceError("no action ran on the remote executor in the first run")
+              f"{remote_actions.group(1) if remote_actions else 0} remotely executed actions{in_image}; second run from "
+              f"a clean output base: {tests} tests all (cached), {hits} remote cache hits; {time.monotonic() - started:.1f} s")
         return 0
     except (ConformanceError, subprocess.CalledProcessError) as err:
         print(f"conformance: FAILED: {err} (logs in {scratch})", file=sys.stderr)
