@@ -134,7 +134,7 @@ def start_postgres(procs: Processes, scratch: Path) -> str:
 
 
 def bazel_test(workspace: Path, output_base: Path, flags: list[str], targets: list[str], log: Path) -> str:
-    argv = [str(workspace / "tools" / "bazel"), f"--output_base={output_base}", "test", *flags, *targets]
+    argv = [str(workspace / "tools" / "bazel"), f"--output_base={output_base}", "test", "--keep_going", *flags, *targets]
     proc = subprocess.run(argv, cwd=workspace, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log.write_text(proc.stdout)
     subprocess.run([str(workspace / "tools" / "bazel"), f"--output_base={output_base}", "shutdown"], cwd=workspace, capture_output=True)
