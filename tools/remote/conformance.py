@@ -113,20 +113,23 @@ def install_buildgrid(lock: Path) -> Path:
 def start_postgres(procs: Processes, scratch: Path) -> str:
     if not (PG_BIN / "postgres").exists():
         raise ConformanceError(f"PostgreSQL 15 is not installed ({PG_BIN}); run `apt-get install postgresql-15`")
-    data = scratch / "pg"
-    data.mkdir()
-    shutil.chown(data, "postgres")
-    shutil.chown(scratch, "postgres")
+    # PostgreSQL's own directory (data, socket, cwd): the postgres user cannot enter Bazel's
+    # runfiles tree, and the rest of the scratch dir stays root's (the bot's sandboxes, whose
+    # user namespace cannot enter a directory of an unmapped user, live there).
+    home = scratch / "pg"
+    home.mkdir()
+    shutil.chown(home, "postgres")
+    scratch.chmod(0o711)
+    data = home / "data"
     run_as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    # cwd: the postgres user cannot enter Bazel's runfiles tree.
     subprocess.run(run_as + [str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "bgd"],
-                   check=True, stdout=subprocess.DEVNULL, cwd=scratch)
+                   check=True, stdout=subprocess.DEVNULL, cwd=home)
     port = free_port()
     proc = procs.start(
         "postgres",
-        run_as + [str(PG_BIN / "postgres"), "-D", str(data), "-p", str(port), "-k", str(scratch), "-c", "listen_addresses=127.0.0.1"],
+        run_as + [str(PG_BIN / "postgres"), "-D", str(data), "-p", str(port), "-k", str(home), "-c", "listen_addresses=127.0.0.1"],
         scratch / "postgres.log",
-        cwd=scratch,
+        cwd=home,
     )
     wait_for_port(port, proc, "PostgreSQL")
     subprocess.run([str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "bgd", "bgd"], check=True)
@@ -195,14 +198,17 @@ def main(argv: list[str] | None = None) -> int:
         wait_for_port(port, server, "BuildGrid")
         endpoint = f"grpc://127.0.0.1:{port}"
         # A no-remote test runs locally and is never cached remotely: the second run would rerun it.
-        flags = ["--config=remote-cache", f"--remote_cache={endpoint}", "--test_tag_filters=-no-remote"]
+        # The shared repository cache only spares re-downloads of external repositories; a disk
+        # cache would serve actions the executor is meant to run.
+        repository_cache = f"--repository_cache={Path.home() / '.cache' / 'glm53-engine' / 'repository-cache'}"
+        flags = ["--config=remote-cache", f"--remote_cache={endpoint}", "--test_tag_filters=-no-remote", repository_cache]
         if args.mode == "exec":
             bot_env = {**env, "PYTHONPATH": f"{site}:{workspace}"}
             procs.start("bot", [sys.executable, "-m", "tools.remote.bot", f"127.0.0.1:{port}", "--scratch", str(scratch),
                                 "--image-files", str(runfiles / "tools" / "remote" / "exec_image_files.json"),
                                 "--runfiles", str(runfiles)],
                         scratch / "bot.log", env=bot_env, cwd=workspace)
-            flags = ["--config=remote", f"--remote_executor={endpoint}", "--test_tag_filters=-no-remote"]
+            flags = ["--config=remote", f"--remote_executor={endpoint}", "--test_tag_filters=-no-remote", repository_cache]
         first = bazel_test(workspace, scratch / "ob1", flags, args.targets, scratch / "run1.log")
         remote_actions = re.search(r"(\d+) remote[,.]", first)
         second = bazel_test(workspace, scratch / "ob2", flags, args.targets, scratch / "run2.log")

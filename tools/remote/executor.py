@@ -12,6 +12,7 @@ visible: an action that needs a tool the image lacks fails here as it would on a
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 from dataclasses import dataclass
@@ -29,6 +30,10 @@ EXECROOT = "/tmp/execroot"
 
 class ImageError(Exception):
     """The action names no image, or one this worker does not have."""
+
+
+class SandboxError(Exception):
+    """bubblewrap could not start the command (a worker problem, not the action's exit code)."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,7 @@ class ImageSet:
 
 
 def bwrap_argv(rootfs: Path, input_root: Path, tmp: Path, working_directory: str, env: dict[str, str],
-               arguments: list[str]) -> list[str]:
+               arguments: list[str], status_fd: int) -> list[str]:
     workdir = PurePosixPath(EXECROOT) / working_directory
     argv = [
         "bwrap",
@@ -114,6 +119,8 @@ def bwrap_argv(rootfs: Path, input_root: Path, tmp: Path, working_directory: str
         "--unshare-all",
         "--die-with-parent",
         "--clearenv",
+        # JSON lines: the command's exit code, only if bwrap got as far as running it.
+        "--json-status-fd", str(status_fd),
     ]
     for key, value in sorted(env.items()):
         argv += ["--setenv", key, value]
@@ -125,6 +132,29 @@ def run(images: ImageSet, reference: str, input_root: Path, tmp: Path, working_d
     """Runs `arguments` in the image `reference` names; `input_root` is the action's tree."""
     digest, rootfs = images.rootfs(reference)
     tmp.mkdir(parents=True, exist_ok=True)
-    argv = bwrap_argv(rootfs, input_root, tmp, working_directory, env, arguments)
-    proc = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
-    return Result(digest, proc.returncode, proc.stdout, proc.stderr)
+    read_end, write_end = os.pipe()
+    try:
+        argv = bwrap_argv(rootfs, input_root, tmp, working_directory, env, arguments, write_end)
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(write_end,))
+        os.close(write_end)
+        write_end = -1
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # --die-with-parent takes the command down with bwrap
+            proc.communicate()
+            raise
+        with os.fdopen(read_end, "rb") as status:
+            read_end = -1
+            reports = [json.loads(line) for line in status.read().splitlines() if line.strip()]
+        # bwrap writes "exit-code" only for a command it started: none means its own setup
+        # (a mount) or the exec (no such program in the image) failed.
+        started = any("exit-code" in report for report in reports)
+    finally:
+        for fd in (read_end, write_end):
+            if fd >= 0:
+                os.close(fd)
+    if not started:
+        raise SandboxError(f"bwrap did not run {arguments[:1]} in {digest} (exit {proc.returncode}): "
+                           f"{stderr.decode(errors='replace').strip()}")
+    return Result(digest, proc.returncode, stdout, stderr)

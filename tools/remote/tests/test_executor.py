@@ -116,3 +116,16 @@ def test_platform_image_prefers_the_action_and_requires_one() -> None:
     assert executor.platform_image(_platform(OSFamily="Linux"), _platform(container_image="b")) == "b"
     with pytest.raises(executor.ImageError, match="never runs an action on its host"):
         executor.platform_image(_platform(OSFamily="Linux"), _platform())
+
+
+def test_a_command_that_never_started_is_a_sandbox_error(images, reference, tmp_path) -> None:
+    # Not exit code 1 of the action: a program missing from the image, or a mount that failed.
+    with pytest.raises(executor.SandboxError, match="execvp /usr/bin/podman"):
+        run(images, reference, tmp_path, ["/usr/bin/podman", "info"])
+    with pytest.raises(executor.SandboxError, match="Can't find source path"):
+        executor.run(images, reference, tmp_path / "missing", tmp_path / "tmp", "", {}, ["/bin/true"], timeout=60)
+
+
+def test_the_commands_exit_code_is_returned(images, reference, tmp_path) -> None:
+    result = run(images, reference, tmp_path, ["/bin/bash", "-c", "echo out; echo err >&2; exit 3"])
+    assert (result.exit_code, result.stdout, result.stderr) == (3, b"out\n", b"err\n")
