@@ -29,24 +29,36 @@ from pathlib import Path
 
 from tools.remote.buildgrid_config import ServerConfig
 
-# Representative of the graph: the toolchain, locks, patch chains (applier tests, the real
-# v1/v2/v3 chains and their test), the v3 image (patch layer, config, manifest: //recipes:glm53_v3
-# is built), the compose generator, the pure-Python validators and the remote tooling itself.
-# `bazel test` skips the targets tagged no-remote that the patterns match.
+# Every test that may run remotely (the no-remote ones are filtered out), plus the v3 patch
+# chain and the v3 image (patch layer, config, manifest: //recipes:glm53_v3 is built). Left out:
+# the engine images' structure/record/evidence tests, whose runfiles are the 2 GiB CPU base.
 DEFAULT_TARGETS = (
     "//tools/ci/...",
     "//tools/python/...",
     "//third_party/python/...",
     "//tools/patches/...",
+    "//tools/remote/...",
+    "//tools/oci/...",
+    "//tools/podman:unit_test",
+    "//tools/release:record_test",
+    "//tools/release:oci_fetch_test",
+    "//tools/release:layer_sbom_test",
+    "//tools/rollout:unit_test",
     "//patches:v3",
     "//patches:chains_test",
+    "//patches:candidates_test",
     "//recipes:glm53_v3",
+    "//pins:table_test",
     "//generators/...",
     "//validators:structure_test",
     "//validators:services_test",
     "//validators:telemetry_test",
     "//validators:prod_contract_test",
-    "//tools/remote/...",
+    "//validators:loading_test",
+    "//compose:golden_test",
+    "//compose:deployable_unit_test",
+    "//compose:deployable_test",
+    "//lab:unit_test",
 )
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 
