@@ -98,7 +98,7 @@ class ImageSet:
             raise ImageError(
                 f"container-image {reference} is not an image this worker has (it has "
                 f"{', '.join(sorted(self.images)) or 'none'}): build //tools/remote:exec_image and re-pin"
-                " `rbe_image` to its digest (tools/remote/README.md)"
+                " `rbe_image` to its digest (docs/remote-execution.md)"
             )
         with self._lock:  # one unpack per image, whatever the number of actions waiting for it
             if digest not in self._roots:
