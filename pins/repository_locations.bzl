@@ -95,14 +95,14 @@ PINS = {
     },
     "rbe_image": {
         "kind": "image",
-        "description": "Container image of the remote-execution platform: the CPU base (Debian 12, CPython 3.11) pushed to the team registry",
-        "repository": "docker.io/nearai/sglang-glm53-cpu-base",
-        "intended": "0.5.19",
-        "digest": "sha256:a3cf2a7bd0db5b26a52ad848ef889704c2ecaa8cc669aebdebff590f2f8b8fbb",
+        "description": "Container image of the remote-execution platform: the CPU base's Debian 12 closure (CPython 3.11) plus bash, coreutils, findutils, grep and sed, built by //tools/remote:exec_image",
+        "repository": "docker.io/nearai/sglang-glm53-rbe",
+        "intended": "bookworm-py3.11",
+        "digest": "sha256:d7c59b0a6c32db56d667960fb47270852098650747becd53436e2f8a5f190fa7",
         "provenance": {
-            "resolved_at": "2026-11-29T16:51:50Z",
-            "command": "bazel build //recipes/bases:sglang_cpu_0_5_19 (the built manifest digest; //tools/remote:rbe_platform_test keeps it equal to the release records' base)",
-            "source": "//recipes/bases:sglang_cpu_0_5_19",
+            "resolved_at": "2026-12-01T12:44:38Z",
+            "command": "bazel build //tools/remote:exec_image (the built manifest digest; //tools/remote:rbe_platform_test keeps it equal)",
+            "source": "//tools/remote:exec_image",
         },
     },
     "sglang_prod_base": {

@@ -60,7 +60,7 @@ def _replace(old: str, new: str, tmp_path: Path) -> Path:
     ('UNRESOLVED = "~unresolved~"', 'UNRESOLVED = "unresolved"', "must not be a valid tag"),
     ('"kind": "image",', '"kind": "docker",', "kind 'docker' is not one of"),
     ('"intended": "3.22",', '"intended": "3.22",\n        "tag": "3.22",', "unknown keys ['tag']"),
-    ('"digest": "sha256:a3cf', '"digest": "sha256:A3CF', "is not sha256:<64 hex>"),
+    ('"digest": "sha256:d7c5', '"digest": "sha256:D7C5', "is not sha256:<64 hex>"),
     ('"repository": "docker.io/library/alpine",', '"repository": "library/alpine",',
      "repository is not HOST/PATH with an explicit registry host"),
     ('PINS = {', 'PINS = dict(', "line"),

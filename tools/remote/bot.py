@@ -1,9 +1,11 @@
 """A minimal REAPI worker for BuildGrid's Bots API (no worker ships on PyPI or in Debian).
 
-It leases actions, materializes their input tree from the CAS, runs the command in a scratch
-directory with the command's environment (no sandbox: it is a conformance worker on the same
-machine, not an isolation boundary), uploads outputs, and completes the lease with the
-ActionResult. Runs in the BuildGrid venv, whose wheel carries the generated protos.
+It leases actions, materializes their input tree from the CAS, runs the command inside the
+execution image the action's platform names (`container-image`, resolved by digest to an image
+built in this graph; tools/remote/executor.py: bubblewrap on its unpacked rootfs, never on the
+host), uploads outputs, and completes the lease with the ActionResult. An action naming an
+image the bot does not have fails with that message. Runs in the BuildGrid venv, whose wheel
+carries the generated protos.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import subprocess
 import tempfile
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -25,6 +28,10 @@ from buildgrid._protos.build.bazel.remote.execution.v2 import remote_execution_p
 from buildgrid._protos.google.bytestream import bytestream_pb2, bytestream_pb2_grpc
 from buildgrid._protos.google.devtools.remoteworkers.v1test2 import bots_pb2, bots_pb2_grpc, worker_pb2
 from buildgrid._protos.google.rpc import code_pb2
+
+from tools.podman import bwrap_backend
+from tools.podman.spec import default_cache_root
+from tools.remote import executor
 
 BATCH_LIMIT = 2 * 1024 * 1024  # above this, blobs go through ByteStream
 CHUNK = 1024 * 1024
@@ -111,12 +118,23 @@ class Cas:
         for path, directory in directories:
             path.mkdir(parents=True, exist_ok=True)
             for f in directory.files:
-                target = path / f.name
-                shutil.copyfile(self._cached(f.digest), target)
-                if f.is_executable:
-                    target.chmod(0o755)
+                os.link(self._linkable(f.digest, f.is_executable), path / f.name)
             for link in directory.symlinks:
                 (path / link.name).symlink_to(link.target)
+
+    def _linkable(self, digest: re_pb2.Digest, executable: bool) -> Path:
+        """A read-only copy of the blob with the input's mode, hard-linked into every input tree.
+
+        Copying each action's runfiles (thousands of files) cost ~40 s per test action; a link
+        is free. The mode lives on the shared inode, hence one copy per mode.
+        """
+        path = self._cached(digest).with_suffix(".x" if executable else ".r")
+        if not path.exists():
+            tmp = path.with_name(path.name + ".tmp")
+            shutil.copyfile(self._cached(digest), tmp)
+            tmp.chmod(0o555 if executable else 0o444)
+            os.replace(tmp, path)
+        return path
 
     def upload_dir(self, root: Path) -> re_pb2.Tree:
         """Returns the REAPI Tree of `root`, uploading every file and Directory message."""
@@ -140,8 +158,10 @@ class Cas:
         return re_pb2.Tree(root=root_dir, children=children)
 
 
-def execute(cas: Cas, action: re_pb2.Action, scratch: Path) -> re_pb2.ActionResult:
+def execute(cas: Cas, images: executor.ImageSet, action: re_pb2.Action, scratch: Path,
+            log: Callable[[str], None]) -> re_pb2.ActionResult:
     command = re_pb2.Command.FromString(cas.read(action.command_digest))
+    reference = executor.platform_image(action.platform, command.platform)
     workdir = scratch / "exec"
     cas.fetch_tree(action.input_root_digest, workdir)
     cwd = workdir / command.working_directory
@@ -149,8 +169,10 @@ def execute(cas: Cas, action: re_pb2.Action, scratch: Path) -> re_pb2.ActionResu
         (cwd / out).parent.mkdir(parents=True, exist_ok=True)
     env = {v.name: v.value for v in command.environment_variables}
     timeout = action.timeout.seconds or None
-    proc = subprocess.run(list(command.arguments), cwd=cwd, env=env, capture_output=True, timeout=timeout)
-    result = re_pb2.ActionResult(exit_code=proc.returncode)
+    proc = executor.run(images, reference, workdir, scratch / "tmp", command.working_directory, env,
+                        list(command.arguments), timeout)
+    log(f"exit {proc.exit_code} in image {proc.image_digest}")
+    result = re_pb2.ActionResult(exit_code=proc.exit_code)
     result.stdout_digest.CopyFrom(cas.write(proc.stdout))
     result.stderr_digest.CopyFrom(cas.write(proc.stderr))
     for out in command.output_files:
@@ -168,24 +190,31 @@ def execute(cas: Cas, action: re_pb2.Action, scratch: Path) -> re_pb2.ActionResu
 class Job:
     """One lease executing on a thread, so the session keeps polling (and stays alive) meanwhile."""
 
-    def __init__(self, cas: Cas, lease_id: str, action: re_pb2.Action, scratch_root: Path) -> None:
+    def __init__(self, cas: Cas, images: executor.ImageSet, lease_id: str, action: re_pb2.Action, scratch_root: Path) -> None:
         self.lease_id = lease_id
         self.result: re_pb2.ActionResult | None = None
         self.error: str | None = None
-        self.thread = threading.Thread(target=self._run, args=(cas, action, scratch_root), daemon=True)
+        self.code = code_pb2.INTERNAL
+        self.thread = threading.Thread(target=self._run, args=(cas, images, action, scratch_root), daemon=True)
         self.thread.start()
 
-    def _run(self, cas: Cas, action: re_pb2.Action, scratch_root: Path) -> None:
+    def _log(self, message: str) -> None:
+        print(f"bot: lease {self.lease_id}: {message}", flush=True)
+
+    def _run(self, cas: Cas, images: executor.ImageSet, action: re_pb2.Action, scratch_root: Path) -> None:
         scratch = Path(tempfile.mkdtemp(dir=scratch_root))
         try:
-            self.result = execute(cas, action, scratch)
+            self.result = execute(cas, images, action, scratch, self._log)
+        except executor.ImageError as err:  # the action asks for something this worker cannot be
+            self.code = code_pb2.FAILED_PRECONDITION
+            self.error = f"conformance bot: {err}"
         except Exception as err:  # reported on the lease, never wedges it
             self.error = f"conformance bot: {err!r}"
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def serve(server: str, instance: str, scratch_root: Path, stop: list[bool]) -> None:
+def serve(server: str, instance: str, scratch_root: Path, images: executor.ImageSet, stop: list[bool]) -> None:
     channel = grpc.insecure_channel(server, options=[("grpc.max_receive_message_length", 64 << 20)])
     bots = bots_pb2_grpc.BotsStub(channel)
     cas = Cas(channel, instance, scratch_root / "blob-cache")
@@ -207,7 +236,7 @@ def serve(server: str, instance: str, scratch_root: Path, stop: list[bool]) -> N
                     lease.result.Pack(job.result)
                     lease.status.code = code_pb2.OK
                 else:
-                    lease.status.code = code_pb2.INTERNAL
+                    lease.status.code = job.code
                     lease.status.message = job.error or "conformance bot: no result"
                 lease.state = bots_pb2.LeaseState.COMPLETED
                 finished.add(lease.id)
@@ -219,12 +248,19 @@ def serve(server: str, instance: str, scratch_root: Path, stop: list[bool]) -> N
                 action = re_pb2.Action()
                 lease.payload.Unpack(action)
                 print(f"bot: lease {lease.id}: running action {digest_of(action.SerializeToString()).hash[:12]}", flush=True)
-                job = Job(cas, lease.id, action, scratch_root)
+                job = Job(cas, images, lease.id, action, scratch_root)
         # BuildGrid long-polls for work until the call's deadline; without one it holds the call
         # (and any lease it assigned meanwhile) far longer than the session's keepalive.
-        session = bots.UpdateBotSession(
-            bots_pb2.UpdateBotSessionRequest(name=session.name, bot_session=session), timeout=POLL_SECONDS,
-        )
+        try:
+            session = bots.UpdateBotSession(
+                bots_pb2.UpdateBotSessionRequest(name=session.name, bot_session=session), timeout=POLL_SECONDS,
+            )
+        except grpc.RpcError as err:
+            # On a loaded machine the long poll's answer can miss the deadline; the session is
+            # still ours, and a lease assigned meanwhile comes back ACTIVE on the next poll.
+            if err.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise
+            print("bot: poll missed its deadline; polling again", flush=True)
         if job is not None:
             job.thread.join(timeout=0.5)
 
@@ -234,10 +270,20 @@ def main() -> None:
     parser.add_argument("server", help="HOST:PORT of BuildGrid's Bots service, e.g. 127.0.0.1:50052")
     parser.add_argument("--instance", default="")
     parser.add_argument("--scratch", type=Path, default=Path(tempfile.gettempdir()))
+    parser.add_argument("--image-files", type=Path, action="append", required=True,
+                        help="image_files JSON of an execution image (tools/podman); repeatable")
+    parser.add_argument("--runfiles", type=Path, required=True, help="the tree the JSONs' paths are relative to")
+    parser.add_argument("--rootfs-cache", type=Path, default=default_cache_root() / "rootfs",
+                        help="unpacked layer chains (shared with tools/podman's bubblewrap backend)")
     args = parser.parse_args()
+    if bwrap_backend.unavailable_reason():
+        parser.error(bwrap_backend.unavailable_reason())
+    images = executor.ImageSet([executor.load_image_files(f, args.runfiles) for f in args.image_files], args.rootfs_cache)
+    for digest in images.images:
+        print(f"bot: execution image {digest}", flush=True)
     stop = [False]
     signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__(0, True))
-    serve(args.server, args.instance, args.scratch, stop)
+    serve(args.server, args.instance, args.scratch, images, stop)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,11 @@
     ./tools/bazel run //tools/remote:conformance -- [--mode cache|exec] [--targets ...]
 
 Starts BuildGrid 0.4.4 (hash-locked from PyPI) on 127.0.0.1 as CAS and action cache, and in
-`exec` mode also PostgreSQL (its scheduler database) and tools/remote/bot.py as the worker. Then
-runs `bazel test` on a representative subset twice, each time from a fresh output base, and
-asserts the second run was served from the remote cache. Every process it starts, it stops by
+`exec` mode also PostgreSQL (its scheduler database) and tools/remote/bot.py as the worker, which
+runs every action inside //tools/remote:exec_image (the platform's pinned container-image) with
+bubblewrap. Then runs `bazel test` on a representative subset twice, each time from a fresh
+output base, and asserts the second run was served from the remote cache; in `exec` mode also
+that every action the bot ran ran in the pinned image. Every process it starts, it stops by
 process group; its scratch directory is removed at the end.
 """
 
@@ -27,19 +29,36 @@ from pathlib import Path
 
 from tools.remote.buildgrid_config import ServerConfig
 
-# Representative of the graph: the toolchain, locks, patch chains (applier tests and the real
-# v1/v2/v3 chains), the compose generator, and the pure-Python validators.
+# Every test that may run remotely (the no-remote ones are filtered out), plus the v3 patch
+# chain and the v3 image (patch layer, config, manifest: //recipes:glm53_v3 is built). Left out:
+# the engine images' structure/record/evidence tests, whose runfiles are the 2 GiB CPU base.
 DEFAULT_TARGETS = (
     "//tools/ci/...",
     "//tools/python/...",
     "//third_party/python/...",
     "//tools/patches/...",
+    "//tools/remote/...",
+    "//tools/oci/...",
+    "//tools/podman:unit_test",
+    "//tools/release:record_test",
+    "//tools/release:oci_fetch_test",
+    "//tools/release:layer_sbom_test",
+    "//tools/rollout:unit_test",
+    "//patches:v3",
     "//patches:chains_test",
+    "//patches:candidates_test",
+    "//recipes:glm53_v3",
+    "//pins:table_test",
     "//generators/...",
     "//validators:structure_test",
     "//validators:services_test",
     "//validators:telemetry_test",
     "//validators:prod_contract_test",
+    "//validators:loading_test",
+    "//compose:golden_test",
+    "//compose:deployable_unit_test",
+    "//compose:deployable_test",
+    "//lab:unit_test",
 )
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 
@@ -106,20 +125,23 @@ def install_buildgrid(lock: Path) -> Path:
 def start_postgres(procs: Processes, scratch: Path) -> str:
     if not (PG_BIN / "postgres").exists():
         raise ConformanceError(f"PostgreSQL 15 is not installed ({PG_BIN}); run `apt-get install postgresql-15`")
-    data = scratch / "pg"
-    data.mkdir()
-    shutil.chown(data, "postgres")
-    shutil.chown(scratch, "postgres")
+    # PostgreSQL's own directory (data, socket, cwd): the postgres user cannot enter Bazel's
+    # runfiles tree, and the rest of the scratch dir stays root's (the bot's sandboxes, whose
+    # user namespace cannot enter a directory of an unmapped user, live there).
+    home = scratch / "pg"
+    home.mkdir()
+    shutil.chown(home, "postgres")
+    scratch.chmod(0o711)
+    data = home / "data"
     run_as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    # cwd: the postgres user cannot enter Bazel's runfiles tree.
     subprocess.run(run_as + [str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "bgd"],
-                   check=True, stdout=subprocess.DEVNULL, cwd=scratch)
+                   check=True, stdout=subprocess.DEVNULL, cwd=home)
     port = free_port()
     proc = procs.start(
         "postgres",
-        run_as + [str(PG_BIN / "postgres"), "-D", str(data), "-p", str(port), "-k", str(scratch), "-c", "listen_addresses=127.0.0.1"],
+        run_as + [str(PG_BIN / "postgres"), "-D", str(data), "-p", str(port), "-k", str(home), "-c", "listen_addresses=127.0.0.1"],
         scratch / "postgres.log",
-        cwd=scratch,
+        cwd=home,
     )
     wait_for_port(port, proc, "PostgreSQL")
     subprocess.run([str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "bgd", "bgd"], check=True)
@@ -127,13 +149,22 @@ def start_postgres(procs: Processes, scratch: Path) -> str:
 
 
 def bazel_test(workspace: Path, output_base: Path, flags: list[str], targets: list[str], log: Path) -> str:
-    argv = [str(workspace / "tools" / "bazel"), f"--output_base={output_base}", "test", *flags, *targets]
+    argv = [str(workspace / "tools" / "bazel"), f"--output_base={output_base}", "test", "--keep_going", *flags, *targets]
     proc = subprocess.run(argv, cwd=workspace, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log.write_text(proc.stdout)
     subprocess.run([str(workspace / "tools" / "bazel"), f"--output_base={output_base}", "shutdown"], cwd=workspace, capture_output=True)
     if proc.returncode != 0:
         raise ConformanceError(f"bazel test failed ({proc.returncode}); last lines:\n" + "\n".join(proc.stdout.splitlines()[-25:]))
     return proc.stdout
+
+
+def check_bot_images(bot_log: str, pinned: str) -> int:
+    """Every action the bot ran ran in the pinned image; returns how many ran."""
+    images = re.findall(r"^bot: lease \S+: exit -?\d+ in image (\S+)$", bot_log, re.M)
+    others = sorted(set(images) - {pinned})
+    if others:
+        raise ConformanceError(f"the bot ran actions in {others}, not the pinned rbe_image {pinned}")
+    return len(images)
 
 
 def check_second_run_cached(output: str) -> tuple[int, int]:
@@ -159,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     # A SIGTERM must still run the clean-up below (children live in their own process groups).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     workspace = Path(os.environ.get("BUILD_WORKSPACE_DIRECTORY", Path.cwd()))
-    lock = Path(__file__).resolve().parent.parent.parent / "third_party" / "python" / "remote_conformance.lock"  # runfiles
+    runfiles = Path(__file__).absolute().parents[2]  # this workspace's tree in the runfiles
+    lock = runfiles / "third_party" / "python" / "remote_conformance.lock"
     scratch = Path(tempfile.mkdtemp(prefix="glm53-remote-"))
     procs = Processes()
     started = time.monotonic()
@@ -177,21 +209,32 @@ def main(argv: list[str] | None = None) -> int:
                              scratch / "buildgrid.log", env=env)
         wait_for_port(port, server, "BuildGrid")
         endpoint = f"grpc://127.0.0.1:{port}"
-        flags = ["--config=remote-cache", f"--remote_cache={endpoint}"]
+        # A no-remote test runs locally and is never cached remotely: the second run would rerun it.
+        # The shared repository cache only spares re-downloads of external repositories; a disk
+        # cache would serve actions the executor is meant to run.
+        repository_cache = f"--repository_cache={Path.home() / '.cache' / 'glm53-engine' / 'repository-cache'}"
+        flags = ["--config=remote-cache", f"--remote_cache={endpoint}", "--test_tag_filters=-no-remote", repository_cache]
         if args.mode == "exec":
             bot_env = {**env, "PYTHONPATH": f"{site}:{workspace}"}
-            procs.start("bot", [sys.executable, "-m", "tools.remote.bot", f"127.0.0.1:{port}", "--scratch", str(scratch)],
+            procs.start("bot", [sys.executable, "-m", "tools.remote.bot", f"127.0.0.1:{port}", "--scratch", str(scratch),
+                                "--image-files", str(runfiles / "tools" / "remote" / "exec_image_files.json"),
+                                "--runfiles", str(runfiles)],
                         scratch / "bot.log", env=bot_env, cwd=workspace)
-            flags = ["--config=remote", f"--remote_executor={endpoint}"]
+            flags = ["--config=remote", f"--remote_executor={endpoint}", "--test_tag_filters=-no-remote", repository_cache]
         first = bazel_test(workspace, scratch / "ob1", flags, args.targets, scratch / "run1.log")
         remote_actions = re.search(r"(\d+) remote[,.]", first)
         second = bazel_test(workspace, scratch / "ob2", flags, args.targets, scratch / "run2.log")
         tests, hits = check_second_run_cached(second)
+        in_image = ""
+        if args.mode == "exec":
+            if not remote_actions:
+                raise ConformanceError("no action ran on the remote executor in the first run")
+            pinned = (runfiles / "tools" / "remote" / "exec_image.digest").read_text().strip()
+            ran = check_bot_images((scratch / "bot.log").read_text(), pinned)
+            in_image = f" (the bot ran {ran} actions, all in the execution image {pinned})"
         print(f"conformance ({args.mode}) against BuildGrid at {endpoint}: first run "
-              f"{remote_actions.group(1) if remote_actions else 0} remotely executed actions; second run from a clean "
-              f"output base: {tests} tests all (cached), {hits} remote cache hits; {time.monotonic() - started:.1f} s")
-        if args.mode == "exec" and not remote_actions:
-            raise ConformanceError("no action ran on the remote executor in the first run")
+              f"{remote_actions.group(1) if remote_actions else 0} remotely executed actions{in_image}; second run from "
+              f"a clean output base: {tests} tests all (cached), {hits} remote cache hits; {time.monotonic() - started:.1f} s")
         return 0
     except (ConformanceError, subprocess.CalledProcessError) as err:
         print(f"conformance: FAILED: {err} (logs in {scratch})", file=sys.stderr)
