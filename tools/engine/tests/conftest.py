@@ -11,7 +11,7 @@ ENGINE_DIR = Path(__file__).resolve().parents[1]
 if str(ENGINE_DIR.parents[1]) not in sys.path:
     sys.path.insert(0, str(ENGINE_DIR.parents[1]))
 
-from tools.oci.testing import tool_runner  # noqa: E402
+from tools.oci.testing.runner import tool_runner  # noqa: E402
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ OCI_DIR = Path(__file__).resolve().parents[1]
 if str(OCI_DIR.parents[1]) not in sys.path:
     sys.path.insert(0, str(OCI_DIR.parents[1]))
 
-from tools.oci.testing import tool_runner  # noqa: E402
+from tools.oci.testing.runner import tool_runner  # noqa: E402
 
 @pytest.fixture
 def tool():
