@@ -78,6 +78,11 @@ def unpack_interpreter(layer: Path, dest: Path) -> list[str]:
             members = [m for m in tar.getmembers()
                        if (m.isfile() or m.isdir() or m.issym()) and ".." not in m.name.split("/")
                        and not m.name.startswith("/")]
+            # Nothing may be written through a symlink (an absolute one would point at the host).
+            links = {m.name for m in members if m.issym()}
+            through = [m.name for m in members if any(m.name.startswith(link + "/") for link in links)]
+            if through:
+                raise CompileError(f"{layer}: {through[0]} lies below a symlink; not unpacking it")
             tar.extractall(dest, members=members)
     except (OSError, tarfile.TarError) as err:
         raise CompileError(f"{layer}: cannot unpack the interpreter layer ({err})") from None

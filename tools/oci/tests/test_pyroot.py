@@ -130,3 +130,15 @@ def test_interpreter_layer_without_python_is_refused(tmp_path: Path) -> None:
     ocitar.write_layer([ocitar.Entry("etc/hostname", "file", 0o644, data=b"x\n")], layer)
     with pytest.raises(pycompile.CompileError, match="no dynamic loader"):
         pycompile.unpack_interpreter(layer, tmp_path / "root")
+
+
+def test_interpreter_layer_writing_through_a_symlink_is_refused(tmp_path: Path) -> None:
+    layer = tmp_path / "evil.tar"
+    with tarfile.open(layer, "w") as tar:
+        link = tarfile.TarInfo("lib")
+        link.type, link.linkname = tarfile.SYMTYPE, str(tmp_path / "outside")
+        tar.addfile(link)
+        tar.addfile(tarfile.TarInfo("lib/x"), io.BytesIO(b""))
+    with pytest.raises(pycompile.CompileError, match="below a symlink"):
+        pycompile.unpack_interpreter(layer, tmp_path / "root")
+    assert not (tmp_path / "outside").exists()
