@@ -96,6 +96,7 @@ def _fetch(rctx, entry, lock_name, extract):
     fetch = rctx.download_and_extract if extract else rctx.download
     if extract:
         kwargs["type"] = "zip"
+
     # The downloader tries the urls in order (public index, then mirrors); sha256 keys the
     # repository cache, so a cached wheel is used whichever url it came from.
     result = fetch(url = entry.urls, allow_fail = True, **kwargs)
