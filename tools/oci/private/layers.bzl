@@ -136,7 +136,13 @@ def _python_wheels_layer_impl(ctx):
         # GBs in and out: not worth shipping to a remote executor.
         execution_requirements = {"no-remote-exec": "1"},
     )
-    return _layer_return(out)
+    providers = _layer_return(out)
+
+    # The tar in runfiles too: tests take the layer as `data` (//recipes/bases:*_record_test).
+    return [DefaultInfo(
+        files = providers[0].files,
+        runfiles = ctx.runfiles(files = [out.tar, out.manifest]),
+    )] + providers[1:]
 
 python_wheels_layer = rule(
     implementation = _python_wheels_layer_impl,
