@@ -13,8 +13,8 @@ import io
 import os
 import stat
 import tarfile
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -42,12 +42,18 @@ class Entry:
     src: Path | None = None  # host file holding the content (kind "file")
     data: bytes | None = None  # inline content (kind "file"), instead of src
     target: str | None = None  # link target (kind "symlink")
+    # Content read from a stream opened when the entry is written (kind "file"; e.g. a zip
+    # member), `length` bytes long: nothing is staged on disk or held in memory.
+    opener: Callable[[], BinaryIO] | None = None
+    length: int = 0
 
     def size(self) -> int:
         if self.kind != "file":
             return 0
         if self.data is not None:
             return len(self.data)
+        if self.opener is not None:
+            return self.length
         assert self.src is not None
         return os.stat(self.src).st_size
 
@@ -139,7 +145,7 @@ def with_parents(entries: Iterable[Entry]) -> list[Entry]:
         path = normalise_path(e.path)
         if path in by_path:
             raise LayerError(f"two entries for {path!r} in one layer; each path may appear once")
-        by_path[path] = Entry(path, e.kind, e.mode, e.src, e.data, e.target)
+        by_path[path] = replace(e, path=path)
     for path in list(by_path):
         parts = path.split("/")
         for i in range(1, len(parts)):
@@ -183,6 +189,11 @@ def write_layer(entries: Iterable[Entry], out: Path) -> Digest:
                     tar.addfile(info)
                 elif e.data is not None:
                     tar.addfile(info, io.BytesIO(e.data))
+                elif e.opener is not None:
+                    with e.opener() as f:
+                        tar.addfile(info, f)
+                        if f.read(1):
+                            raise LayerError(f"{e.path}: its stream is longer than the {e.length} bytes planned")
                 else:
                     assert e.src is not None
                     with open(e.src, "rb") as f:

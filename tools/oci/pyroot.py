@@ -1,36 +1,52 @@
 """The Python-packages layer of a base image: hash-locked wheels installed into dist-packages.
 
-The image has no pip, so the host's CPython 3.11 (/usr/bin/python3, the same interpreter line
-as the image's) installs the wheels with `pip --target` into the image path
-/usr/lib/python3/dist-packages, offline and hash-checked:
+PyPA's `installer` (hash-locked in //third_party/python:tools.lock) unpacks each wheel, writes
+its console-script wrappers and its RECORD; the destination here writes nothing to disk: every
+file becomes a layer entry whose content is read from the wheel again when the tar is written
+(sorted, mtime 0, uid/gid 0), so no multi-GB staging tree exists. Schemes, as in the image:
 
-    pip --isolated install --no-index --no-deps --require-hashes --only-binary=:all:
-        --no-compile --find-links <wheel dir> --target <root>/usr/lib/python3/dist-packages -r <lock>
+    purelib, platlib, data   /usr/lib/python3/dist-packages       (data as `pip --target` put it)
+    scripts                  /usr/local/bin   (wrappers' shebang /usr/bin/python3)
+    headers                  /usr/lib/python3/dist-packages/include/site/python3.11/<dist>
 
-Then console scripts move to /usr/local/bin, directories named by --prune are deleted (triton's
-CUDA/AMD binaries: ~470 MB that CPU imports never load) and everything is byte-compiled
-(unchecked-hash). Output: the layer tar, its descriptor and a manifest of the wheels used.
+RECORD lists every file where it is in the layer (scripts as ../../../local/bin/<name>), minus
+the paths removed by --prune (triton's CUDA/AMD binaries: ~470 MB that CPU imports never load).
+Each wheel file must hash to its lock line. The .py files under dist-packages get unchecked-hash
+.pyc compiled by the image's own CPython, unpacked from --interpreter-layer (the Debian runtime
+layer; tools/oci/pycompile.py). Output: the layer tar, its descriptor and a manifest of the wheels.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import subprocess
+import io
+import posixpath
 import sys
 import tempfile
+import zipfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from installer import install  # noqa: E402
+from installer.destinations import SchemeDictionaryDestination  # noqa: E402
+from installer.records import Hash, RecordEntry  # noqa: E402
+from installer.scripts import Script  # noqa: E402
+from installer.sources import WheelFile  # noqa: E402
+from installer.utils import Scheme, copyfileobj_with_hashing  # noqa: E402
 
 from tools.oci import ocitar, pycompile  # noqa: E402
 from tools.oci.ocilayout import LayerDescriptor, write_canonical  # noqa: E402
 
 SITE = "usr/lib/python3/dist-packages"
 BIN = "usr/local/bin"
+INTERPRETER = "/usr/bin/python3"
+# installer writes these into each .dist-info (pip wrote "pip" and an empty REQUESTED).
+METADATA = {"INSTALLER": b"installer\n", "REQUESTED": b""}
 
 
 class WheelError(Exception):
@@ -49,54 +65,148 @@ def parse_lock(text: str, where: str) -> list[dict[str, str]]:
             raise WheelError(f"{where}:{lineno}: expected name==version --hash=sha256:..., got {line!r}")
         name, version = parts[0].split("==", 1)
         hashes = [p.split(":", 1)[1] for p in parts[1:] if p.startswith("--hash=sha256:")]
-        out.append({"name": name, "version": version, "sha256": hashes[0] if hashes else ""})
+        if len(hashes) != 1:
+            raise WheelError(f"{where}:{lineno}: {name} needs exactly one --hash=sha256:<64 hex>; relock")
+        out.append({"name": name, "version": version, "sha256": hashes[0]})
     return out
 
 
-def install(lock: Path, wheel_dir: Path, root: Path, python: str) -> None:
-    site = root / SITE
-    site.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        python, "-m", "pip", "--isolated", "--disable-pip-version-check", "--no-input",
-        "install", "--no-index", "--no-deps", "--require-hashes", "--only-binary=:all:",
-        "--no-compile", "--no-warn-script-location", "--no-cache-dir",
-        "--find-links", str(wheel_dir), "--target", str(site), "-r", str(lock),
-    ]
-    env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8", "HOME": str(root.parent), "PYTHONHASHSEED": "0",
-           "TMPDIR": str(root.parent)}
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if proc.returncode != 0:
-        raise WheelError(f"pip install --target failed (rc {proc.returncode}):\n{proc.stdout[-4000:]}\n"
-                         "The wheels are the locked ones from @sglang_cpu; if a hash mismatches, refetch "
-                         "(`./tools/bazel sync --only=sglang_cpu`) or relock.")
+def check_hashes(wheels: list[Path], locked: list[dict[str, str]], lock_name: str) -> None:
+    """Every wheel hashes to a lock line and every lock line has its wheel (pip's --require-hashes)."""
+    by_hash = {w["sha256"]: w for w in locked}
+    seen = set()
+    for wheel in wheels:
+        digest = ocitar.hash_file(wheel).sha256
+        if digest not in by_hash:
+            raise WheelError(f"{wheel.name} (sha256 {digest}) is not in {lock_name}; refetch "
+                             "(`./tools/bazel sync --only=<repo>`) or relock")
+        seen.add(digest)
+    missing = [f"{w['name']}=={w['version']}" for w in locked if w["sha256"] not in seen]
+    if missing:
+        raise WheelError(f"{lock_name} locks {missing} but no such wheel was given (--wheel)")
 
 
-def relocate_scripts(root: Path) -> list[str]:
-    """pip --target puts console scripts in <target>/bin; the image has them in /usr/local/bin."""
-    src = root / SITE / "bin"
-    if not src.is_dir():
-        return []
-    dst = root / BIN
-    dst.mkdir(parents=True, exist_ok=True)
-    moved = []
-    for script in sorted(src.iterdir()):
-        shutil.move(str(script), dst / script.name)
-        moved.append(script.name)
-    src.rmdir()
-    return moved
+def pruned(path: str, prune: Iterable[str]) -> str | None:
+    """The --prune entry that removes layer path `path`, if any."""
+    for rel in prune:
+        top = f"{SITE}/{rel}"
+        if path == top or path.startswith(top + "/"):
+            return rel
+    return None
 
 
-def prune(root: Path, paths: list[str]) -> list[str]:
-    removed = []
-    for rel in paths:
-        target = root / SITE / rel
-        if target.is_dir():
-            shutil.rmtree(target)
-            removed.append(rel)
-        elif target.exists():
-            target.unlink()
-            removed.append(rel)
-    return removed
+@dataclass
+class Layer:
+    """What the wheels put into the layer, by layer path, and the .pyc being compiled."""
+
+    prune: list[str]
+    compiler: pycompile.Compiler
+    entries: dict[str, ocitar.Entry] = field(default_factory=dict)
+    owners: dict[str, str] = field(default_factory=dict)
+    pruned_hits: set[str] = field(default_factory=set)
+
+    def add(self, entry: ocitar.Entry, wheel: str, source: bytes | None) -> None:
+        if entry.path in self.entries:
+            raise WheelError(f"{wheel} and {self.owners[entry.path]} both install /{entry.path}")
+        self.entries[entry.path] = entry
+        self.owners[entry.path] = wheel
+        if source is not None:
+            self.compiler.submit("/" + entry.path, source)
+
+
+class LayerDestination(SchemeDictionaryDestination):
+    """installer's scheme destination, writing layer entries instead of files."""
+
+    def __init__(self, layer: Layer, wheel: zipfile.ZipFile, wheel_name: str, distribution: str) -> None:
+        super().__init__(
+            scheme_dict={
+                "purelib": "/" + SITE,
+                "platlib": "/" + SITE,
+                "data": "/" + SITE,
+                "scripts": "/" + BIN,
+                "headers": f"/{SITE}/include/site/python3.11/{distribution}",
+            },
+            interpreter=INTERPRETER,
+            script_kind="posix",
+        )
+        self.layer, self.wheel, self.wheel_name = layer, wheel, wheel_name
+
+    def layer_path(self, scheme: Scheme, path: str) -> str:
+        base = self.scheme_dict[scheme].strip("/")
+        full = posixpath.normpath(posixpath.join(base, path))
+        if not full.startswith(base + "/"):
+            raise WheelError(f"{self.wheel_name}: {path!r} would be written outside {base}")
+        return full
+
+    def write_to_fs(self, scheme: Scheme, path: str, stream: BinaryIO, is_executable: bool) -> RecordEntry:
+        target = self.layer_path(scheme, path)
+        hit = pruned(target, self.layer.prune)
+        if hit is not None:
+            self.layer.pruned_hits.add(hit)
+            return RecordEntry(path, None, None)
+        compile_it = target.startswith(SITE + "/") and target.endswith(".py")
+        member = stream.name if isinstance(stream, zipfile.ZipExtFile) else None
+        sink = io.BytesIO() if compile_it or member is None else _Discard()
+        digest, size = copyfileobj_with_hashing(stream, sink, "sha256")
+        mode = ocitar.EXEC_MODE if is_executable else ocitar.FILE_MODE
+        if member is not None:
+            entry = ocitar.Entry(target, "file", mode, opener=_opener(self.wheel, member), length=size)
+        else:
+            entry = ocitar.Entry(target, "file", mode, data=sink.getvalue())
+        self.layer.add(entry, self.wheel_name, sink.getvalue() if compile_it else None)
+        return RecordEntry(path, Hash("sha256", digest), size)
+
+    def write_script(self, name: str, module: str, attr: str, section: Any) -> RecordEntry:
+        script_name, data = Script(name, module, attr, section).generate(self.interpreter, self.script_kind)
+        return self.write_to_fs(Scheme("scripts"), script_name, io.BytesIO(data), is_executable=True)
+
+    def finalize_installation(self, scheme: Scheme, record_file_path: str,
+                              records: Iterable[tuple[Scheme, RecordEntry]]) -> None:
+        kept = [(s, r) for s, r in records if pruned(self.layer_path(s, r.path), self.layer.prune) is None]
+        super().finalize_installation(scheme, record_file_path, kept)
+
+
+class _Discard(io.RawIOBase):
+    def write(self, data: Any) -> int:
+        return len(data)
+
+
+def _opener(wheel: zipfile.ZipFile, member: str):
+    return lambda: wheel.open(member)
+
+
+def build_layer(wheels: list[Path], prune: list[str], interpreter_argv: list[str], out: Path) -> tuple[ocitar.Digest, list[str], int]:
+    """Writes the layer; returns its digest, the script names and how many sources did not compile."""
+    opened = [zipfile.ZipFile(w) for w in sorted(wheels, key=lambda p: p.name)]
+    try:
+        layer = Layer(prune, pycompile.Compiler(interpreter_argv))
+        try:
+            for zf, path in zip(opened, sorted(wheels, key=lambda p: p.name)):
+                source = WheelFile(zf)
+                try:
+                    source.validate_record(validate_contents=False)
+                    install(source, LayerDestination(layer, zf, path.name, source.distribution), METADATA)
+                except WheelError:
+                    raise
+                except Exception as err:  # installer's errors have no common base class
+                    raise WheelError(f"{path.name}: installer refused the wheel: {err}") from None
+        finally:
+            results = layer.compiler.results()
+        missing = [p for p in prune if p not in layer.pruned_hits]
+        if missing:
+            raise WheelError(f"--prune paths not found under {SITE}: {missing}; fix the BUILD file's prune list")
+        failed = 0
+        for source_path, pyc in results.items():
+            if pyc is None:
+                failed += 1
+                continue
+            target = layer.compiler.pyc_path(source_path.lstrip("/"))
+            layer.add(ocitar.Entry(target, "file", ocitar.FILE_MODE, data=pyc), "the compiler", None)
+        scripts = sorted(p.rsplit("/", 1)[1] for p in layer.entries if p.startswith(BIN + "/"))
+        return ocitar.write_layer(layer.entries.values(), out), scripts, failed
+    finally:
+        for zf in opened:
+            zf.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lock", type=Path, required=True, help="pip --require-hashes lock")
     p.add_argument("--wheel", type=Path, action="append", default=[], help="a locked wheel file (repeat)")
     p.add_argument("--prune", action="append", default=[], help="path under dist-packages to delete")
-    p.add_argument("--python", default=sys.executable, help="CPython 3.11 that runs pip and compileall")
+    p.add_argument("--interpreter-layer", type=Path, required=True,
+                   help="the image's Debian runtime layer tar; its /usr/bin/python3 compiles the .pyc")
     p.add_argument("--created-by", default="python wheels")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--out-descriptor", type=Path, required=True)
@@ -112,21 +223,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         wheels = parse_lock(args.lock.read_text(), str(args.lock))
+        check_hashes(args.wheel, wheels, str(args.lock))
         with tempfile.TemporaryDirectory(prefix="pyroot-") as tmp:
-            wheel_dir = Path(tmp) / "wheels"
-            wheel_dir.mkdir()
-            for w in args.wheel:
-                os.symlink(os.path.realpath(w), wheel_dir / w.name)
-            root = Path(tmp) / "root"
-            install(args.lock, wheel_dir, root, args.python)
-            scripts = relocate_scripts(root)
-            pruned = prune(root, args.prune)
-            missing = [p for p in args.prune if p not in pruned]
-            if missing:
-                raise WheelError(f"--prune paths not found under {SITE}: {missing}; fix the BUILD file's prune list")
-            pycompile.compile_tree(root, [SITE], workers=0, python=args.python)
-            entries = list(ocitar.walk_tree(root))
-            digest = ocitar.write_layer(entries, args.out)
+            interpreter = pycompile.unpack_interpreter(args.interpreter_layer, Path(tmp))
+            digest, scripts, _ = build_layer(args.wheel, args.prune, interpreter, args.out)
         desc = LayerDescriptor.uncompressed(digest.digest, digest.size, args.created_by)
         desc.write(args.out_descriptor)
         manifest: dict[str, Any] = {
@@ -134,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             "site": "/" + SITE,
             "wheels": wheels,
             "scripts": scripts,
-            "pruned": pruned,
+            "pruned": args.prune,
             "layer": desc.to_json(),
         }
         write_canonical(args.out_manifest, manifest)

@@ -1,23 +1,27 @@
-"""DSSE envelopes (https://github.com/secure-systems-lab/dsse) signed with ed25519 via openssl.
+"""DSSE envelopes (https://github.com/secure-systems-lab/dsse) signed with ed25519 by securesystemslib.
 
-    PAE(type, body) = "DSSEv1" SP LEN(type) SP type SP LEN(body) SP body
     envelope = {"payload": b64(body), "payloadType": type,
                 "signatures": [{"keyid": <sha256 hex of the DER public key>, "sig": b64(sig)}]}
 
-ed25519 signatures are deterministic, so signing the same statement with the same key gives
-the same envelope (and Bazel can cache it). openssl (Debian's 3.0) does the cryptography: the
-tools lock has no crypto library, and openssl is on every machine of this project's kind.
+securesystemslib (hash-locked in //third_party/python:tools.lock) builds the PAE, signs and
+verifies; pyca/cryptography reads the PEM keys. The key id stays the sha256 of the DER public
+key, so envelopes and ids are the same as those made before with the openssl CLI. ed25519
+signatures are deterministic: the same statement and key give the same envelope (Bazel can
+cache it).
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from securesystemslib import exceptions
+from securesystemslib.dsse import Envelope
+from securesystemslib.signer import CryptoSigner, SSlibKey
 
 IN_TOTO = "application/vnd.in-toto+json"
 
@@ -26,37 +30,49 @@ class DsseError(Exception):
     """Signing or verification failed; the message says which check."""
 
 
-def pae(payload_type: str, body: bytes) -> bytes:
-    t = payload_type.encode()
-    return b"DSSEv1 %d %s %d %s" % (len(t), t, len(body), body)
+def _private_key(path: Path) -> Ed25519PrivateKey:
+    try:
+        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as err:
+        raise DsseError(f"{path}: cannot read an unencrypted PEM private key ({type(err).__name__})") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise DsseError(f"{path}: not an ed25519 key; make one with `openssl genpkey -algorithm ed25519`")
+    return key
 
 
-def _openssl(*args: str, stdin: bytes | None = None) -> bytes:
-    done = subprocess.run(["openssl", *args], input=stdin, capture_output=True, check=False)
-    if done.returncode != 0:
-        raise DsseError(f"openssl {' '.join(args)} failed: {done.stderr.decode(errors='replace').strip()}")
-    return done.stdout
+def _public_key(public_pem: bytes) -> Ed25519PublicKey:
+    try:
+        key = serialization.load_pem_public_key(public_pem)
+    except ValueError as err:
+        raise DsseError(f"cannot read the PEM public key ({err})") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise DsseError("the public key is not an ed25519 key")
+    return key
 
 
-def public_key_pem(private_key: Path) -> bytes:
-    return _openssl("pkey", "-in", str(private_key), "-pubout")
-
-
-def key_id(public_pem: bytes) -> str:
-    der = _openssl("pkey", "-pubin", "-outform", "DER", stdin=public_pem)
+def _key_id(key: Ed25519PublicKey) -> str:
+    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     return hashlib.sha256(der).hexdigest()
 
 
+def _sslib_key(key: Ed25519PublicKey) -> SSlibKey:
+    return SSlibKey.from_crypto(key, keyid=_key_id(key))
+
+
+def public_key_pem(private_key: Path) -> bytes:
+    return _private_key(private_key).public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def key_id(public_pem: bytes) -> str:
+    return _key_id(_public_key(public_pem))
+
+
 def sign(body: bytes, private_key: Path, payload_type: str = IN_TOTO) -> dict:
-    with tempfile.TemporaryDirectory(prefix="dsse.") as tmp:
-        message = Path(tmp) / "pae"
-        message.write_bytes(pae(payload_type, body))
-        signature = _openssl("pkeyutl", "-sign", "-inkey", str(private_key), "-rawin", "-in", str(message))
-    return {
-        "payload": base64.b64encode(body).decode(),
-        "payloadType": payload_type,
-        "signatures": [{"keyid": key_id(public_key_pem(private_key)), "sig": base64.b64encode(signature).decode()}],
-    }
+    key = _private_key(private_key)
+    envelope = Envelope(body, payload_type, {})
+    envelope.sign(CryptoSigner(key, _sslib_key(key.public_key())))
+    return envelope.to_dict()
 
 
 @dataclass(frozen=True)
@@ -68,30 +84,19 @@ class Verified:
 
 def verify(envelope: dict, public_pem: bytes) -> Verified:
     """Checks that one signature by `public_pem` covers the envelope; returns the payload."""
+    key = _sslib_key(_public_key(public_pem))
     try:
-        body = base64.b64decode(envelope["payload"], validate=True)
-        payload_type = envelope["payloadType"]
-        signatures = envelope["signatures"]
-    except (KeyError, ValueError, TypeError) as err:
-        raise DsseError(f"not a DSSE envelope ({err})") from None
-    wanted = key_id(public_pem)
-    candidates = [s for s in signatures if s.get("keyid") in (wanted, "", None)]
-    if not candidates:
-        raise DsseError(f"no signature by key {wanted}; the envelope has {[s.get('keyid') for s in signatures]}")
-    with tempfile.TemporaryDirectory(prefix="dsse.") as tmp:
-        message, sig, pub = Path(tmp) / "pae", Path(tmp) / "sig", Path(tmp) / "pub.pem"
-        message.write_bytes(pae(payload_type, body))
-        pub.write_bytes(public_pem)
-        for candidate in candidates:
-            sig.write_bytes(base64.b64decode(candidate["sig"]))
-            done = subprocess.run(
-                ["openssl", "pkeyutl", "-verify", "-pubin", "-inkey", str(pub), "-rawin",
-                 "-in", str(message), "-sigfile", str(sig)],
-                capture_output=True, check=False,
-            )
-            if done.returncode == 0:
-                return Verified(payload_type, body, wanted)
-    raise DsseError(f"signature check failed: the envelope was not signed by key {wanted}, or it was altered")
+        parsed = Envelope.from_dict(json.loads(json.dumps(envelope)))  # from_dict rewrites its argument
+    except (KeyError, ValueError, TypeError, AttributeError, exceptions.FormatError) as err:
+        raise DsseError(f"not a DSSE envelope ({type(err).__name__}: {err})") from None
+    if key.keyid not in parsed.signatures:
+        raise DsseError(f"no signature by key {key.keyid}; the envelope has {sorted(parsed.signatures)}")
+    try:
+        parsed.verify([key], 1)
+    except exceptions.VerificationError:
+        raise DsseError(
+            f"signature check failed: the envelope was not signed by key {key.keyid}, or it was altered") from None
+    return Verified(parsed.payload_type, parsed.payload, key.keyid)
 
 
 def load_envelope(path: Path) -> dict:

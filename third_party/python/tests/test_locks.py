@@ -65,3 +65,21 @@ def test_a_torch_that_departs_from_sglang_s_pin_says_so_in_the_header() -> None:
     text = (HERE / "sglang_cpu_0_5_23.lock").read_text()
     header = text[: text.index("# url: ")]
     assert "torch is 2.13.0+cpu although sglang 0.5.23 pins torch==2.14.1" in header
+
+
+@pytest.mark.parametrize("lock", LOCKS)
+def test_urls_are_public_and_mirrors_hold_the_same_file(lock: str) -> None:
+    """The first url of every wheel is a public index; a local file only ever follows as a mirror."""
+    for name, match in _entries(lock).items():
+        assert match["url"].startswith("https://"), (
+            f"{lock}.lock: {name} points at {match['url']}, not a public index: add `# lock-index: {name} "
+            f"<index URL>` to {lock}.in and run `./tools/bazel run //third_party/python:lock -- {lock}`"
+        )
+    mirrors: list[str] = []
+    for line in (HERE / f"{lock}.lock").read_text().splitlines():
+        if line.startswith("# mirror: "):
+            mirrors.append(line[len("# mirror: "):])
+        elif line.startswith("# url: "):
+            basename = line.rsplit("/", 1)[1]
+            assert all(m.rsplit("/", 1)[1] == basename for m in mirrors), f"{lock}.lock: mirrors {mirrors} of {line}"
+            mirrors = []

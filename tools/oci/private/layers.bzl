@@ -118,11 +118,12 @@ debian_rootfs_layer = rule(
 
 def _python_wheels_layer_impl(ctx):
     out = _layer_outputs(ctx)
+    interpreter = ctx.attr.interpreter[OciLayerInfo].blob
     args = ctx.actions.args()
     args.add("--lock", ctx.file.lock)
     args.add_all(ctx.files.wheels, before_each = "--wheel")
     args.add_all(ctx.attr.prune, before_each = "--prune")
-    args.add("--python", ctx.attr.python)
+    args.add("--interpreter-layer", interpreter)
     args.add("--created-by", "python wheels %s (%d wheels from %s)" % (ctx.label, len(ctx.files.wheels), ctx.file.lock.short_path))
     args.add("--out", out.tar)
     args.add("--out-descriptor", out.descriptor)
@@ -130,23 +131,35 @@ def _python_wheels_layer_impl(ctx):
     ctx.actions.run(
         executable = ctx.executable._pyroot,
         arguments = [args],
-        inputs = ctx.files.wheels + [ctx.file.lock],
+        # The interpreter layer is an input: the .pyc are compiled by the image's own CPython.
+        inputs = ctx.files.wheels + [ctx.file.lock, interpreter],
         outputs = [out.tar, out.descriptor, out.contents],
         mnemonic = "PythonWheelsLayer",
         progress_message = "Installing %d locked wheels into layer %s" % (len(ctx.files.wheels), ctx.label),
         # GBs in and out: not worth shipping to a remote executor.
         execution_requirements = {"no-remote-exec": "1"},
     )
-    return _layer_return(out)
+    providers = _layer_return(out)
+
+    # The tar in runfiles too: tests take the layer as `data` (//recipes/bases:*_record_test).
+    return [DefaultInfo(
+        files = providers[0].files,
+        runfiles = ctx.runfiles(files = [out.tar, out.contents]),
+    )] + providers[1:]
 
 python_wheels_layer = rule(
     implementation = _python_wheels_layer_impl,
-    doc = "Hash-locked wheels installed into /usr/lib/python3/dist-packages, byte-compiled (tools/oci/pyroot.py).",
+    doc = """Hash-locked wheels installed into /usr/lib/python3/dist-packages by PyPA's installer,
+streamed into the layer tar, byte-compiled by the image's CPython (tools/oci/pyroot.py).""",
     attrs = {
         "wheels": attr.label_list(allow_files = [".whl"], mandatory = True),
         "lock": attr.label(allow_single_file = True, mandatory = True),
         "prune": attr.string_list(doc = "paths under dist-packages to delete after install"),
-        "python": attr.string(default = "/usr/bin/python3", doc = "CPython 3.11 running pip --target and compileall"),
+        "interpreter": attr.label(
+            mandatory = True,
+            providers = [OciLayerInfo],
+            doc = "the image's Debian runtime layer: its /usr/bin/python3 compiles the .pyc",
+        ),
         "_pyroot": attr.label(default = "//tools/oci:pyroot", executable = True, cfg = "exec"),
     },
 )

@@ -17,18 +17,23 @@ def _url_basename(url):
     return name.replace("%2B", "+").replace("%2b", "+")
 
 def parse_lock(content, lock_name):
-    """Returns [struct(name, version, sha256, url, filename)] from a lock written by lock.py.
+    """Returns [struct(name, version, sha256, urls, filename)] from a lock written by lock.py.
 
-    Each entry is a `# url: <url>` comment line followed by `name==version --hash=sha256:<hex>`.
+    Each entry is any `# mirror: <url>` lines, a `# url: <url>` line, then
+    `name==version --hash=sha256:<hex>`; urls = the url, then the mirrors (tried in that order).
     """
     entries = []
     url = None
+    mirrors = []
     for lineno, raw in enumerate(content.splitlines(), start = 1):
         line = raw.strip()
         if not line:
             continue
         if line.startswith("# url: "):
             url = line[len("# url: "):].strip()
+            continue
+        if line.startswith("# mirror: "):
+            mirrors.append(line[len("# mirror: "):].strip())
             continue
         if line.startswith("#") or line.startswith("--"):
             continue
@@ -49,10 +54,11 @@ def parse_lock(content, lock_name):
             name = normalize(name),
             version = version,
             sha256 = hashes[0],
-            url = url,
+            urls = [url] + mirrors,
             filename = _url_basename(url),
         ))
         url = None
+        mirrors = []
     if not entries:
         fail("{lock}: no locked wheels; {hint}".format(lock = lock_name, hint = _LOCK_HINT.format(lock = lock_name)))
     return entries
@@ -75,11 +81,11 @@ def _pip_fallback(rctx, entry, lock_name):
     ], timeout = rctx.attr.timeout, quiet = rctx.attr.quiet)
     path = tmp.get_child(entry.filename)
     if res.return_code != 0 or not path.exists:
-        fail("{lock}: cannot fetch {f} (sha256 {sha}) from {url} nor with pip:\n{err}\nFix the network or pip configuration, or warm --repository_cache.".format(
+        fail("{lock}: cannot fetch {f} (sha256 {sha}) from {urls} nor with pip:\n{err}\nFix the network or pip configuration, or warm --repository_cache.".format(
             lock = lock_name,
             f = entry.filename,
             sha = entry.sha256,
-            url = entry.url,
+            urls = entry.urls,
             err = res.stderr[-2000:],
         ))
     return "file://" + str(path)
@@ -90,7 +96,10 @@ def _fetch(rctx, entry, lock_name, extract):
     fetch = rctx.download_and_extract if extract else rctx.download
     if extract:
         kwargs["type"] = "zip"
-    result = fetch(url = [entry.url], allow_fail = True, **kwargs)
+
+    # The downloader tries the urls in order (public index, then mirrors); sha256 keys the
+    # repository cache, so a cached wheel is used whichever url it came from.
+    result = fetch(url = entry.urls, allow_fail = True, **kwargs)
     if not result.success:
         # sha256 still guards the pip fallback: Bazel verifies it when it copies the file in.
         fetch(url = [_pip_fallback(rctx, entry, lock_name)], **kwargs)

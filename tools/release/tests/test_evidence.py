@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from securesystemslib.signer import CryptoSigner
 
 from tools.release import dsse, evidence, provenance
 from tools.release.tests.fixtures import build
@@ -76,10 +77,23 @@ def test_altered_payload_fails(signed, capsys) -> None:
     assert "signature check failed" in capsys.readouterr().err
 
 
+def test_envelope_verifies_with_openssl(signed) -> None:
+    """An independent DSSE implementation (PAE by hand, openssl's ed25519) accepts the envelope."""
+    _, tmp = signed
+    envelope = json.loads((tmp / "envelope.json").read_text())
+    body, payload_type = base64.b64decode(envelope["payload"]), envelope["payloadType"].encode()
+    (tmp / "pae").write_bytes(b"DSSEv1 %d %s %d %s" % (len(payload_type), payload_type, len(body), body))
+    (tmp / "sig").write_bytes(base64.b64decode(envelope["signatures"][0]["sig"]))
+    done = subprocess.run(["openssl", "pkeyutl", "-verify", "-pubin", "-inkey", str(PUB), "-rawin",
+                           "-in", str(tmp / "pae"), "-sigfile", str(tmp / "sig")], capture_output=True)
+    assert done.returncode == 0, done.stderr
+    assert envelope["signatures"][0]["keyid"] == dsse.key_id(PUB.read_bytes())
+
+
 def test_other_key_fails(signed, tmp_path: Path, capsys) -> None:
     built, tmp = signed
     other = tmp_path / "other.pem"
-    subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(other)], check=True)
+    other.write_bytes(CryptoSigner.generate_ed25519().private_bytes)
     (tmp_path / "other.pub").write_bytes(dsse.public_key_pem(other))
     assert _verify(built, tmp, pub=tmp_path / "other.pub") == 1
     assert "no signature by key" in capsys.readouterr().err
