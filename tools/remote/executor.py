@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from tools.podman import rootfs as rootfs_lib
-from tools.podman.oci_layout import Image, LayoutError, parse_blob_args, read_image
+from tools.oci.ocilayout import Image, LayoutError, parse_blob_args, read_layout
+from tools.oci.reference import pinned_digest
 
 CONTAINER_IMAGE = "container-image"
 TRANSPORT = "docker://"
@@ -52,7 +53,7 @@ def load_image_files(path: Path, root: Path) -> Image:
         for item in data["blobs"]:
             descriptor, _, blob = item.partition("=")
             blobs.append(f"{root / descriptor}={root / blob}")
-        return read_image(root / data["layout"], parse_blob_args(blobs))
+        return read_layout(root / data["layout"], parse_blob_args(blobs), require_blobs=True)
     except (OSError, KeyError, ValueError, LayoutError) as err:
         raise ImageError(f"{path}: not a usable image_files JSON ({err}); build it with image_files() of tools/podman") from err
 
@@ -60,11 +61,10 @@ def load_image_files(path: Path, root: Path) -> Image:
 def image_digest(reference: str) -> str:
     """The manifest digest a `container-image` value pins (docker://REPO@sha256:<hex>)."""
     name = reference[len(TRANSPORT):] if reference.startswith(TRANSPORT) else reference
-    _, at, digest = name.rpartition("@")
-    hexpart = digest.partition("sha256:")[2]
-    if not at or not digest.startswith("sha256:") or len(hexpart) != 64 or hexpart.strip("0123456789abcdef"):
+    digest = pinned_digest(name)
+    if digest is None:
         raise ImageError(
-            f"container-image {reference!r} is not pinned by digest: expected docker://REPO@sha256:<64 hex>"
+            f"container-image {reference!r} is not pinned by digest: expected docker://HOST/REPO@sha256:<64 hex>"
             " (the pin `rbe_image` of pins/repository_locations.bzl)"
         )
     return digest
