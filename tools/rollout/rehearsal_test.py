@@ -199,6 +199,7 @@ class Stack:
                 "--project-name", self.project, "--rehearsal", "--journal", str(self.tmp / journal),
                 "--wait-timeout-s", "900", "--health-timeout-s", "120", "--probe-interval-s", "0.5",
                 "--verify-url", f"http://127.0.0.1:{self.port}/v1/models", "--verify-upstream-header", "X-Upstream",
+                "--verify-timeout-s", str(PROXY_TIMEOUT_S), "--verify-within-s", "300",
                 "--bake-s", "10", "--max-restarts", "1"]
         env = {**os.environ, "DOCKER_HOST": self.service.docker_host, "PYTHONPATH": os.pathsep.join(sys.path)}
         start = time.monotonic()
@@ -229,18 +230,32 @@ class Stack:
         assert not any(left.values()), f"the rehearsal left {left}"
 
 
-def _through_proxy(port: int, requests: int) -> list[tuple[int, str]]:
+PROXY_TIMEOUT_S = 180.0  # one request: above the stand-ins' own 60 s per hop, so their 502 says why
+
+
+def _through_proxy(port: int, requests: int, phase: str) -> list[tuple[int, str]]:
     answers = []
-    for _ in range(requests):
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    for i in range(requests):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=PROXY_TIMEOUT_S)
+        start = time.monotonic()
         try:
             conn.request("GET", "/v1/models")
             response = conn.getresponse()
             response.read()
-            answers.append((response.status, response.getheader("X-Upstream") or ""))
+        except OSError as err:
+            pytest.fail(f"{phase}: request {i + 1} through the proxy path (127.0.0.1:{port}) got no answer after "
+                        f"{time.monotonic() - start:.0f} s: {err or type(err).__name__}; earlier answers {answers}")
         finally:
             conn.close()
+        answers.append((response.status, response.getheader("X-Upstream") or response.getheader("X-Upstream-Errors") or ""))
     return answers
+
+
+def _rollout_failure(phase: str, proc: subprocess.CompletedProcess) -> str:
+    """The rollout tool's own account of a failure: its FAILED lines, else its last lines."""
+    lines = (proc.stdout + proc.stderr).splitlines()
+    failed = [line for line in lines if "FAILED" in line] or lines[-10:]
+    return f"{phase}: rollout exited {proc.returncode}: " + " | ".join(failed)
 
 
 def _interrupt(signum, frame) -> None:
@@ -274,9 +289,9 @@ def test_1_deploy_all_healthy(stack: Stack) -> None:
         state = stack.api.state(containers[service]["id"])
         assert state.running and state.health == "healthy", f"{service}: running={state.running} health={state.health}"
         assert containers[service]["image"] == stack.images["v2"]
-    answers = _through_proxy(stack.port, 4)
+    answers = _through_proxy(stack.port, 4, "phase 1")
     log(f"  through the proxy path: {answers}")
-    assert all(status == 200 for status, _ in answers)
+    assert all(status == 200 for status, _ in answers), f"phase 1: through the proxy path: {answers}"
     counts = stack.log_probes("deploy")
     assert all(total > 0 and missed == 0 for total, missed in counts.values()), counts
     stack.passed()
@@ -291,16 +306,17 @@ def test_2_roll_r2_to_v3(stack: Stack) -> None:
     after = stack.containers()
     stack.log_containers("after ", after)
     counts = stack.log_probes("roll-v3")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 0, _rollout_failure(f"phase 2 ({R2} to v3)", proc)
     assert {s for s in before if before[s]["id"] != after.get(s, {}).get("id")} == {R2}
     assert set(after) == set(before)
     assert after[R2]["image"] == stack.images["v3"]
     assert counts[R1][0] > 0 and counts[R1][1] == 0, f"r1 missed probes: {counts[R1]}"
     state = stack.api.state(after[R2]["id"])
     assert state.running and state.health == "healthy"
-    answers = _through_proxy(stack.port, 4)
+    answers = _through_proxy(stack.port, 4, "phase 2")
     log(f"  through the proxy path: {answers}")
-    assert all(status == 200 for status, _ in answers) and any(up == R2 for _, up in answers), answers
+    assert all(status == 200 for status, _ in answers) and any(up == R2 for _, up in answers), (
+        f"phase 2: through the proxy path, every answer 200 and one from {R2}: {answers}")
     stack.passed()
 
 
@@ -313,7 +329,7 @@ def test_3_broken_release_rolls_back(stack: Stack) -> None:
     after = stack.containers()
     stack.log_containers("after ", after)
     counts = stack.log_probes("roll-broken")
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 1, _rollout_failure(f"phase 3 ({R2} to a broken release, expected exit 1)", proc)
     assert "rollout: FAILED:" in proc.stdout and f"{R2}: rolled back to" in proc.stdout, proc.stdout
     assert {s for s in before if before[s]["id"] != after.get(s, {}).get("id")} == {R2}
     assert after[R2]["image"] == stack.images["v3"], "r2 is not back on the previous release"
