@@ -14,12 +14,15 @@ server never starts, so it never turns healthy). /health of both engines is prob
 
 The log (stderr and rehearsal.log in the test outputs) shows each phase with probe counts and
 container ids. Everything started (podman service, containers, networks, volumes) is removed
-by id at the end.
+by id at the end. The services keep their fixed container names, so two rehearsals on one
+machine (two worktrees' Bazel servers) would collide on them: each holds a lock file beside
+podman's storage for its whole run, and a second one waits for it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import http.client
 import io
 import json
@@ -117,6 +120,7 @@ class Stack:
         self.images: dict[str, str] = {}  # name (v2, v3) -> podman image id
         self.port = _free_port()
         self.unfinished: str | None = None  # the phase that started and did not pass
+        self._lock = None  # the open rehearsal lock file while this rehearsal runs
 
     def begin(self, phase: str) -> None:
         if self.unfinished:
@@ -132,7 +136,20 @@ class Stack:
         return Compose(binary=self.compose_bin, file=self.files[revision], project=self.project,
                        docker_host=self.service.docker_host)
 
+    def lock(self) -> None:
+        """Waits until no other rehearsal on this machine runs (their container names are the same)."""
+        self.config.root.mkdir(parents=True, exist_ok=True)
+        self._lock = open(self.config.root / "rehearsal.lock", "w")
+        start = time.monotonic()
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"another rehearsal holds {self._lock.name}; waiting for it")
+            fcntl.flock(self._lock, fcntl.LOCK_EX)
+        log(f"rehearsal lock {self._lock.name} taken after {time.monotonic() - start:.0f} s")
+
     def setup(self) -> None:
+        self.lock()
         start = time.monotonic()
         os.chdir(RUNFILES)
         self.service.start()
@@ -227,6 +244,8 @@ class Stack:
             self.service.stop()
             shutil.rmtree(self.sock_dir, ignore_errors=True)
             log(f"teardown: podman system service stopped (pid {self.service.proc.pid if self.service.proc else '-'})")
+            if self._lock is not None:
+                self._lock.close()  # releases the rehearsal lock
         assert not any(left.values()), f"the rehearsal left {left}"
 
 
