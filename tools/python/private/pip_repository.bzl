@@ -14,8 +14,9 @@ _WHEEL_GRAPH = Label("//tools/python/private:wheel_graph.py")
 # every `certifi/cacert.pem` it finds. Such a file is not left in the extracted site (a source
 # file of this repository, so a rewrite would change every test that carries it): a build action
 # unzips it from the locked wheel into the same runfiles path, so the content is the lock's and a
-# rewrite of the output is undone by Bazel with the same digest, re-running no test. Tools that
-# must trust the machine's own CA store say so (SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt).
+# rewrite of the output is undone by Bazel with the same digest, re-running no test. A tool that
+# must trust the machine's own CA store is pointed at it (SSL_CERT_FILE for httpx,
+# REQUESTS_CA_BUNDLE for requests).
 BUILT_FROM_WHEEL = {"certifi": ["certifi/cacert.pem"]}
 
 _LOCK_HINT = "regenerate it with `./tools/bazel run //third_party/python:lock -- {lock}`"
