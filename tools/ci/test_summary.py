@@ -7,7 +7,9 @@ declared `flaky` (--declared-flaky, written by .ci/run from
 `bazel query 'attr(flaky, 1, tests(//...))'`): a target not declared flaky that failed an
 attempt has a real, intermittent failure, and counts as failed. FAILED, TIMEOUT, INCOMPLETE,
 REMOTE_FAILURE, FAILED_TO_BUILD, NO_STATUS and tests that were aborted before running are
-failures.
+failures. Before that line it says how many test targets ran an attempt in this invocation, and
+which (a result from the action cache or the disk cache is not a run): the count a second run
+in the same clone must keep at 0.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ class Summary:
     passed: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     flaky: list[str] = field(default_factory=list)
+    executed: set[str] = field(default_factory=set)  # ran an attempt here, not served from a cache
+    reported: set[str] = field(default_factory=set)  # have a test result at all
 
     def line(self) -> str:
         return f"{len(self.passed)} passed, {len(self.failed)} failed"
@@ -38,6 +42,12 @@ def summarize(events: list[dict], declared_flaky: frozenset[str] = frozenset()) 
         ident = event.get("id", {})
         if "targetCompleted" in ident and event.get("completed", {}).get("testTimeoutSeconds") is not None:
             test_targets.add(ident["targetCompleted"]["label"])
+        if "testResult" in ident:
+            label = ident["testResult"]["label"]
+            result = event.get("testResult", {})
+            summary.reported.add(label)
+            if not result.get("cachedLocally") and not result.get("executionInfo", {}).get("cachedRemotely"):
+                summary.executed.add(label)
         if "testSummary" in ident:
             label = ident["testSummary"]["label"]
             test_targets.add(label)
@@ -82,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.bazel_exit_code != 0 and not summary.failed:
         # The build failed before any test could report (an analysis error, a failed fetch).
         summary.failed["(build)"] = f"bazel exited with {args.bazel_exit_code}; see its output above"
+    cached = len(summary.reported) - len(summary.executed)
+    print(f"executed {len(summary.executed)} of {len(summary.reported)} tests"
+          + (f": {', '.join(sorted(summary.executed))}" if 0 < len(summary.executed) <= 20 else "")
+          + (f"; {cached} cached results" if cached else ""))
     for label in summary.flaky:
         print(f"FLAKY {label}: passed only on a retry")
     for label, status in sorted(summary.failed.items()):

@@ -62,7 +62,7 @@ def test_flaky_pass_of_a_declared_flaky_target_counts_as_passed_and_is_listed(tm
         [sys.executable, "-m", "tools.ci.test_summary", str(bep), "--declared-flaky", str(declared)],
         capture_output=True, text=True,
     )
-    assert proc.stdout.splitlines() == ["FLAKY //a:t: passed only on a retry", "1 passed, 0 failed"]
+    assert proc.stdout.splitlines() == ["executed 0 of 0 tests", "FLAKY //a:t: passed only on a retry", "1 passed, 0 failed"]
     assert proc.returncode == 0
 
 
@@ -80,6 +80,7 @@ def test_flaky_result_of_a_target_not_declared_flaky_is_a_failure(tmp_path: Path
         capture_output=True, text=True,
     )
     assert proc.stdout.splitlines() == [
+        "executed 0 of 0 tests",
         "FLAKY //b:t: passed only on a retry",
         "FAILED //a:t: FLAKY, but not declared flaky: an attempt failed",
         "1 passed, 1 failed",
@@ -90,3 +91,23 @@ def test_flaky_result_of_a_target_not_declared_flaky_is_a_failure(tmp_path: Path
 def test_without_a_flaky_list_every_flaky_result_is_a_failure() -> None:
     summary = summarize([_event("testSummary", "//a:t", testSummary={"overallStatus": "FLAKY"})])
     assert summary.line() == "0 passed, 1 failed"
+
+
+def _result(label: str, **body) -> dict:
+    return {"id": {"testResult": {"label": label, "run": 1, "shard": 1, "attempt": 1}},
+            "testResult": {"status": "PASSED", **body}}
+
+
+def test_counts_the_tests_that_ran_here_not_the_cached_ones(tmp_path: Path) -> None:
+    # The shapes Bazel writes: an action-cache hit sets cachedLocally, a disk-cache hit
+    # executionInfo.cachedRemotely; a run has neither.
+    events = [
+        _result("//a:t", cachedLocally=True, executionInfo={}),
+        _result("//b:t", executionInfo={"strategy": "remote-cache", "cachedRemotely": True}),
+        _result("//c:t", executionInfo={"strategy": "linux-sandbox", "exitCode": 0}),
+    ] + [_event("testSummary", label, testSummary={"overallStatus": "PASSED"}) for label in ("//a:t", "//b:t", "//c:t")]
+    bep = tmp_path / "bep.json"
+    bep.write_text("".join(json.dumps(e) + "\n" for e in events))
+    proc = subprocess.run([sys.executable, "-m", "tools.ci.test_summary", str(bep)], capture_output=True, text=True)
+    assert proc.stdout.splitlines() == ["executed 1 of 3 tests: //c:t; 2 cached results", "3 passed, 0 failed"]
+    assert summarize(events).executed == {"//c:t"}

@@ -8,7 +8,9 @@ For each named service, in the order given:
 3. health gate: `/health` on the new container's address answers 200 N times in a row within
    the timeout;
 4. verification: requests through the proxy path (`--verify-url`) all answer 200 and, with
-   `--verify-upstream-header`, one of them names the rolled service as its upstream;
+   `--verify-upstream-header`, they go on until one names the rolled service as its upstream
+   (the proxy's own view: it may route to the new container only after it noticed it), within
+   a bound;
 5. bake: for `--bake-s`, `/health` keeps answering 200 and the container neither exits nor
    restarts.
 
@@ -46,6 +48,8 @@ class Gates:
     probe_timeout_s: float = 3.0
     verify_url: str | None = None
     verify_requests: int = 4
+    verify_timeout_s: float = 60.0  # one request through the proxy path
+    verify_within_s: float = 300.0  # until the proxy routes to the new container (upstream header)
     verify_upstream_header: str | None = None
     verify_token: str | None = None  # bearer token for the proxy; never printed
     bake_s: float = 60.0
@@ -114,22 +118,38 @@ class Rollout:
         self.say(f"rollout: {service}: health gate passed ({url}, {probes} probes)")
 
     def verify(self, service: str) -> None:
+        """Requests through the proxy path, each answered 200. With the upstream header, the requests
+        go on (within `verify_within_s`) until one names the service: the proxy routes to the new
+        container when it says so, not when a request count runs out."""
         g = self.gates
         if not g.verify_url:
             return
-        upstreams = []
-        for i in range(g.verify_requests):
-            status, headers = http_get(g.verify_url, g.probe_timeout_s * 10, g.verify_token)
+        header = (g.verify_upstream_header or "").lower()
+        deadline = time.monotonic() + g.verify_within_s
+        upstreams: list[str] = []
+        slowest = 0.0
+        while True:
+            start = time.monotonic()
+            status, headers = http_get(g.verify_url, g.verify_timeout_s, g.verify_token)
+            took = time.monotonic() - start
+            slowest = max(slowest, took)
+            upstream = headers.get(header, "") if header else ""
             if status != 200:
-                raise StepFailed(service, "verification", f"request {i + 1} through {g.verify_url} answered "
-                                 + (f"HTTP {status}" if status else headers["error"]))
-            if g.verify_upstream_header:
-                upstreams.append(headers.get(g.verify_upstream_header.lower(), ""))
-        if g.verify_upstream_header and not any(service in u for u in upstreams):
-            raise StepFailed(service, "verification", f"no answer through {g.verify_url} came from {service} "
-                             f"({g.verify_upstream_header}: {sorted(set(upstreams))})")
-        self.say(f"rollout: {service}: verified through {g.verify_url} ({g.verify_requests} requests"
-                 + (f", upstreams {sorted(set(upstreams))})" if upstreams else ")"))
+                answer = f"HTTP {status}" if status else f"no answer within {g.verify_timeout_s:g} s ({headers['error']})"
+                raise StepFailed(service, "verification", f"request {len(upstreams) + 1} through {g.verify_url}: {answer}"
+                                 f" after {took:.1f} s" + (f" ({g.verify_upstream_header}: {upstream})" if upstream else "")
+                                 + (f"; the proxy's errors: {headers['x-upstream-errors']}" if "x-upstream-errors" in headers else ""))
+            upstreams.append(upstream)
+            if len(upstreams) >= g.verify_requests:
+                if not header or any(service in u for u in upstreams):
+                    break
+                if time.monotonic() > deadline:
+                    raise StepFailed(service, "verification", f"no answer through {g.verify_url} came from {service} in "
+                                     f"{len(upstreams)} requests within {g.verify_within_s:g} s "
+                                     f"({g.verify_upstream_header}: {sorted(set(upstreams))})")
+                self.sleep(g.probe_interval_s)
+        self.say(f"rollout: {service}: verified through {g.verify_url} ({len(upstreams)} requests, slowest {slowest:.1f} s"
+                 + (f", upstreams {sorted(set(upstreams))})" if header else ")"))
 
     def bake(self, service: str, container_id: str) -> None:
         g = self.gates

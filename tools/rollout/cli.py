@@ -143,6 +143,7 @@ def _gates(args: argparse.Namespace, env_file: Path | None) -> Gates:
     return Gates(wait_timeout_s=args.wait_timeout_s, health_timeout_s=args.health_timeout_s,
                  healthy_probes=args.healthy_probes, probe_interval_s=args.probe_interval_s,
                  verify_url=args.verify_url, verify_requests=args.verify_requests,
+                 verify_timeout_s=args.verify_timeout_s, verify_within_s=args.verify_within_s,
                  verify_upstream_header=args.verify_upstream_header, verify_token=token, bake_s=args.bake_s,
                  max_restarts=args.max_restarts)
 
@@ -223,7 +224,11 @@ def _add_gate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--healthy-probes", type=int, default=3, help="consecutive 200s the gate needs")
     p.add_argument("--probe-interval-s", type=float, default=1.0)
     p.add_argument("--verify-url", help="a URL on the proxy path (e.g. http://127.0.0.1:8000/v1/models via nginx)")
-    p.add_argument("--verify-requests", type=int, default=4)
+    p.add_argument("--verify-requests", type=int, default=4, help="at least this many, each answering 200")
+    p.add_argument("--verify-timeout-s", type=float, default=Gates.verify_timeout_s,
+                   help="bound of one request through the proxy path")
+    p.add_argument("--verify-within-s", type=float, default=Gates.verify_within_s,
+                   help="with --verify-upstream-header: bound for an answer to come from the rolled service")
     p.add_argument("--verify-upstream-header", help="response header naming the backend that answered")
     p.add_argument("--verify-token-var", help="env-file key whose value is the proxy's bearer token (never printed)")
     p.add_argument("--bake-s", type=float, default=300.0, help="bake period after the gates (default: %(default)s)")

@@ -14,12 +14,15 @@ server never starts, so it never turns healthy). /health of both engines is prob
 
 The log (stderr and rehearsal.log in the test outputs) shows each phase with probe counts and
 container ids. Everything started (podman service, containers, networks, volumes) is removed
-by id at the end.
+by id at the end. The services keep their fixed container names, so two rehearsals on one
+machine (two worktrees' Bazel servers) would collide on them: each holds a lock file beside
+podman's storage for its whole run, and a second one waits for it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import http.client
 import io
 import json
@@ -117,6 +120,7 @@ class Stack:
         self.images: dict[str, str] = {}  # name (v2, v3) -> podman image id
         self.port = _free_port()
         self.unfinished: str | None = None  # the phase that started and did not pass
+        self._lock = None  # the open rehearsal lock file while this rehearsal runs
 
     def begin(self, phase: str) -> None:
         if self.unfinished:
@@ -132,7 +136,20 @@ class Stack:
         return Compose(binary=self.compose_bin, file=self.files[revision], project=self.project,
                        docker_host=self.service.docker_host)
 
+    def lock(self) -> None:
+        """Waits until no other rehearsal on this machine runs (their container names are the same)."""
+        self.config.root.mkdir(parents=True, exist_ok=True)
+        self._lock = open(self.config.root / "rehearsal.lock", "w")
+        start = time.monotonic()
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"another rehearsal holds {self._lock.name}; waiting for it")
+            fcntl.flock(self._lock, fcntl.LOCK_EX)
+        log(f"rehearsal lock {self._lock.name} taken after {time.monotonic() - start:.0f} s")
+
     def setup(self) -> None:
+        self.lock()
         start = time.monotonic()
         os.chdir(RUNFILES)
         self.service.start()
@@ -199,6 +216,7 @@ class Stack:
                 "--project-name", self.project, "--rehearsal", "--journal", str(self.tmp / journal),
                 "--wait-timeout-s", "900", "--health-timeout-s", "120", "--probe-interval-s", "0.5",
                 "--verify-url", f"http://127.0.0.1:{self.port}/v1/models", "--verify-upstream-header", "X-Upstream",
+                "--verify-timeout-s", str(PROXY_TIMEOUT_S), "--verify-within-s", "300",
                 "--bake-s", "10", "--max-restarts", "1"]
         env = {**os.environ, "DOCKER_HOST": self.service.docker_host, "PYTHONPATH": os.pathsep.join(sys.path)}
         start = time.monotonic()
@@ -226,21 +244,37 @@ class Stack:
             self.service.stop()
             shutil.rmtree(self.sock_dir, ignore_errors=True)
             log(f"teardown: podman system service stopped (pid {self.service.proc.pid if self.service.proc else '-'})")
+            if self._lock is not None:
+                self._lock.close()  # releases the rehearsal lock
         assert not any(left.values()), f"the rehearsal left {left}"
 
 
-def _through_proxy(port: int, requests: int) -> list[tuple[int, str]]:
+PROXY_TIMEOUT_S = 180.0  # one request: above the stand-ins' own 60 s per hop, so their 502 says why
+
+
+def _through_proxy(port: int, requests: int, phase: str) -> list[tuple[int, str]]:
     answers = []
-    for _ in range(requests):
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    for i in range(requests):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=PROXY_TIMEOUT_S)
+        start = time.monotonic()
         try:
             conn.request("GET", "/v1/models")
             response = conn.getresponse()
             response.read()
-            answers.append((response.status, response.getheader("X-Upstream") or ""))
+        except OSError as err:
+            pytest.fail(f"{phase}: request {i + 1} through the proxy path (127.0.0.1:{port}) got no answer after "
+                        f"{time.monotonic() - start:.0f} s: {err or type(err).__name__}; earlier answers {answers}")
         finally:
             conn.close()
+        answers.append((response.status, response.getheader("X-Upstream") or response.getheader("X-Upstream-Errors") or ""))
     return answers
+
+
+def _rollout_failure(phase: str, proc: subprocess.CompletedProcess) -> str:
+    """The rollout tool's own account of a failure: its FAILED lines, else its last lines."""
+    lines = (proc.stdout + proc.stderr).splitlines()
+    failed = [line for line in lines if "FAILED" in line] or lines[-10:]
+    return f"{phase}: rollout exited {proc.returncode}: " + " | ".join(failed)
 
 
 def _interrupt(signum, frame) -> None:
@@ -274,9 +308,9 @@ def test_1_deploy_all_healthy(stack: Stack) -> None:
         state = stack.api.state(containers[service]["id"])
         assert state.running and state.health == "healthy", f"{service}: running={state.running} health={state.health}"
         assert containers[service]["image"] == stack.images["v2"]
-    answers = _through_proxy(stack.port, 4)
+    answers = _through_proxy(stack.port, 4, "phase 1")
     log(f"  through the proxy path: {answers}")
-    assert all(status == 200 for status, _ in answers)
+    assert all(status == 200 for status, _ in answers), f"phase 1: through the proxy path: {answers}"
     counts = stack.log_probes("deploy")
     assert all(total > 0 and missed == 0 for total, missed in counts.values()), counts
     stack.passed()
@@ -291,16 +325,17 @@ def test_2_roll_r2_to_v3(stack: Stack) -> None:
     after = stack.containers()
     stack.log_containers("after ", after)
     counts = stack.log_probes("roll-v3")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 0, _rollout_failure(f"phase 2 ({R2} to v3)", proc)
     assert {s for s in before if before[s]["id"] != after.get(s, {}).get("id")} == {R2}
     assert set(after) == set(before)
     assert after[R2]["image"] == stack.images["v3"]
     assert counts[R1][0] > 0 and counts[R1][1] == 0, f"r1 missed probes: {counts[R1]}"
     state = stack.api.state(after[R2]["id"])
     assert state.running and state.health == "healthy"
-    answers = _through_proxy(stack.port, 4)
+    answers = _through_proxy(stack.port, 4, "phase 2")
     log(f"  through the proxy path: {answers}")
-    assert all(status == 200 for status, _ in answers) and any(up == R2 for _, up in answers), answers
+    assert all(status == 200 for status, _ in answers) and any(up == R2 for _, up in answers), (
+        f"phase 2: through the proxy path, every answer 200 and one from {R2}: {answers}")
     stack.passed()
 
 
@@ -313,7 +348,7 @@ def test_3_broken_release_rolls_back(stack: Stack) -> None:
     after = stack.containers()
     stack.log_containers("after ", after)
     counts = stack.log_probes("roll-broken")
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 1, _rollout_failure(f"phase 3 ({R2} to a broken release, expected exit 1)", proc)
     assert "rollout: FAILED:" in proc.stdout and f"{R2}: rolled back to" in proc.stdout, proc.stdout
     assert {s for s in before if before[s]["id"] != after.get(s, {}).get("id")} == {R2}
     assert after[R2]["image"] == stack.images["v3"], "r2 is not back on the previous release"

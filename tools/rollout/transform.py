@@ -13,7 +13,9 @@ they wait for; nginx and the inference proxy on the path a request takes. Change
   routing as the revision says (nginx -> the services it depends on, the proxy -> its
   VLLM_BACKEND_URLS); only nginx's port 8000 is published, on 127.0.0.1;
 * a private network with fixed addresses and /etc/hosts entries (podman 4.3 with CNI here has
-  no DNS between containers).
+  no DNS between containers); every command starts with in_container/announce.py, which makes
+  a new container's MAC known to its peers as a Docker host does (a replaced engine keeps its
+  address but not its MAC: without it the proxy's packets to it are lost for ~11 s).
 
 Dropped (named in `Rehearsal.dropped`): services off the request path whose images or devices
 cannot be had here (the GPU exporter, the collector, the registrar), and every other key
@@ -58,6 +60,10 @@ def _backends(proxy: dict[str, Any]) -> list[str]:
     if not backends:
         raise TransformError(f"services.{PROXY}.environment.VLLM_BACKEND_URLS: no backend URLs to route to")
     return backends
+
+
+def _announced(argv: list[str]) -> list[str]:
+    return ["python3", f"{SUPPORT}/announce.py", "--", *argv]
 
 
 def _base(service: dict[str, Any], image: str, address: str, hosts: list[str]) -> dict[str, Any]:
@@ -105,13 +111,13 @@ def rehearsal_model(model: dict[str, Any], engine_images: dict[str, str], suppor
         engine = _base(service, engine_images[image], addresses[name], hosts)
         argv = service.get("command") or []
         served = argv[argv.index("--served-model-name") + 1] if "--served-model-name" in argv else "rehearsal"
-        engine["command"] = [
+        engine["command"] = _announced([
             "python3", "-m", "sglang.launch_server",
             "--model-path", BROKEN_MODEL_DIR if name in broken else MODEL_DIR,
             "--served-model-name", served,
             "--device", "cpu", "--skip-server-warmup",
             "--host", "0.0.0.0", "--port", str(SERVICE_PORT),
-        ]
+        ])
         env = dict(service.get("environment") or {})
         env.update({
             "PYTHONPATH": LAB,
@@ -130,20 +136,20 @@ def rehearsal_model(model: dict[str, Any], engine_images: dict[str, str], suppor
         out[name] = engine
 
     downloader = _base(services[DOWNLOADER], support_image, addresses[DOWNLOADER], hosts)
-    downloader["command"] = ["python3", f"{LAB}/model_dir.py", "--text", MODEL_DIR]
+    downloader["command"] = _announced(["python3", f"{LAB}/model_dir.py", "--text", MODEL_DIR])
     downloader["volumes"] = _named_volumes(services[DOWNLOADER], model) + mounts
     out[DOWNLOADER] = downloader
 
     proxy = _base(services[PROXY], support_image, addresses[PROXY], hosts)
-    proxy["command"] = ["python3", f"{SUPPORT}/standin.py", "--port", str(SERVICE_PORT),
-                        *[a for url in _backends(services[PROXY]) for a in ("--backend", url)]]
+    proxy["command"] = _announced(["python3", f"{SUPPORT}/standin.py", "--port", str(SERVICE_PORT),
+                                   *[a for url in _backends(services[PROXY]) for a in ("--backend", url)]])
     proxy["volumes"] = mounts
     out[PROXY] = proxy
 
     ingress = _base(services[INGRESS], support_image, addresses[INGRESS], hosts)
     upstreams = [d for d in (services[INGRESS].get("depends_on") or {}) if d in keep]
-    ingress["command"] = ["python3", f"{SUPPORT}/standin.py", "--port", str(SERVICE_PORT),
-                          *[a for d in upstreams for a in ("--backend", f"http://{d}:{SERVICE_PORT}")]]
+    ingress["command"] = _announced(["python3", f"{SUPPORT}/standin.py", "--port", str(SERVICE_PORT),
+                                     *[a for d in upstreams for a in ("--backend", f"http://{d}:{SERVICE_PORT}")]])
     ingress["volumes"] = mounts
     ingress["ports"] = [{"target": SERVICE_PORT, "published": str(ingress_port), "host_ip": "127.0.0.1", "protocol": "tcp"}]
     ingress["depends_on"] = {d: v for d, v in (services[INGRESS].get("depends_on") or {}).items() if d in keep}

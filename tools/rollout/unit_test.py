@@ -19,9 +19,10 @@ import pytest
 
 from tools.rollout import cli
 from tools.rollout import journal as jr
-from tools.rollout.apply import Gates, Rollout
+from tools.rollout.apply import Gates, Rollout, StepFailed, http_get
 from tools.rollout.compose_cli import Compose, Redactor, ServiceState, go_duration_s
 from tools.rollout.docker_api import ContainerState
+from tools.rollout.in_container import announce, standin
 from tools.rollout.plan import FORCE_RECREATE, RECREATE, make_plan, refusals
 from tools.rollout.transform import rehearsal_model
 
@@ -300,6 +301,108 @@ def test_interrupted_rollout_blocks_a_new_one_and_can_be_rolled_back(tmp_path: P
     assert jr.Journal.load(tmp_path / "j.json").state == "rolled-back"
 
 
+# -- verification through the proxy path ------------------------------------------------------------
+
+
+class Proxy(BaseHTTPRequestHandler):
+    """A proxy whose routing the test scripts: answer i (from 0) comes from `upstreams[i]`."""
+
+    protocol_version = "HTTP/1.1"
+    upstreams: list[str] = []
+    status = 200
+    served = 0
+    hold = threading.Event()  # set: answer; clear: hold every request (a hung upstream)
+
+    def do_GET(self) -> None:
+        i, Proxy.served = Proxy.served, Proxy.served + 1
+        Proxy.hold.wait()
+        self.send_response(Proxy.status)
+        self.send_header("X-Upstream", Proxy.upstreams[min(i, len(Proxy.upstreams) - 1)])
+        if Proxy.status == 502:
+            self.send_header("X-Upstream-Errors", f"{R2}:8000 timed out")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def proxy(monkeypatch):
+    monkeypatch.setattr(Proxy, "served", 0)
+    monkeypatch.setattr(Proxy, "status", 200)
+    Proxy.hold.set()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1/models"
+    Proxy.hold.set()
+    server.shutdown()
+
+
+def _verifier(tmp: Path, url: str, said: list[str], **gates) -> Rollout:
+    journal = jr.Journal.create(tmp / "j.json", "unit", [R2], "A", "", "B", "", None, tmp)
+    g = Gates(verify_url=url, verify_upstream_header="X-Upstream", probe_interval_s=0.01, **gates)
+    return Rollout(journal, None, None, g, FakeDocker(), {}, {}, say=said.append, sleep=lambda s: None)
+
+
+def test_verification_waits_until_the_proxy_routes_to_the_new_container(tmp_path: Path, proxy: str, monkeypatch) -> None:
+    # The proxy keeps the new r2 out of its rotation for six answers (it has not noticed it yet).
+    monkeypatch.setattr(Proxy, "upstreams", [R1] * 6 + [R2])
+    said: list[str] = []
+    _verifier(tmp_path, proxy, said).verify(R2)
+    assert Proxy.served == 7
+    assert said[-1].startswith(f"rollout: {R2}: verified through {proxy} (7 requests, slowest ")
+    assert said[-1].endswith(f"upstreams ['{R1}', '{R2}'])")
+
+
+def test_verification_fails_naming_the_replica_the_proxy_never_routes_to(tmp_path: Path, proxy: str, monkeypatch) -> None:
+    monkeypatch.setattr(Proxy, "upstreams", [R1])
+    with pytest.raises(StepFailed, match=rf"^{R2}: verification failed: no answer through .* came from {R2} in \d+ "
+                                         rf"requests within 0 s \(X-Upstream: \['{R1}'\]\)$"):
+        _verifier(tmp_path, proxy, [], verify_within_s=0.0).verify(R2)
+
+
+def test_verification_reports_the_proxys_own_error(tmp_path: Path, proxy: str, monkeypatch) -> None:
+    monkeypatch.setattr(Proxy, "upstreams", [R1])
+    monkeypatch.setattr(Proxy, "status", 502)
+    with pytest.raises(StepFailed, match=rf"request 1 through .*: HTTP 502 after .* s \(X-Upstream: {R1}\); "
+                                         rf"the proxy's errors: {R2}:8000 timed out$"):
+        _verifier(tmp_path, proxy, []).verify(R2)
+
+
+def test_verification_request_bound_names_the_request(tmp_path: Path, proxy: str, monkeypatch) -> None:
+    monkeypatch.setattr(Proxy, "upstreams", [R2])
+    Proxy.hold.clear()  # the proxy never answers: only the request's own bound ends the wait
+    with pytest.raises(StepFailed, match=rf"^{R2}: verification failed: request 1 through .*: no answer within 0.2 s "
+                                         r"\(timed out\) after"):
+        _verifier(tmp_path, proxy, [], verify_timeout_s=0.2).verify(R2)
+
+
+def test_standin_502_names_each_backend_and_why() -> None:
+    refused = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    port = refused.server_address[1]
+    refused.server_close()  # nothing listens there any more: connections are refused
+    server = ThreadingHTTPServer(("127.0.0.1", 0), standin.make_handler([("127.0.0.1", port)]))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        status, headers = http_get(f"http://127.0.0.1:{server.server_address[1]}/v1/models", 5.0)
+    finally:
+        server.shutdown()
+    assert status == 502
+    assert headers["x-upstream-errors"].startswith(f"127.0.0.1:{port} ") and "refused" in headers["x-upstream-errors"]
+
+
+def test_announce_finds_the_default_gateway() -> None:
+    routes = ("Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+              "eth0\t00000000\t0A0FC90A\t0003\t0\t0\t0\t00000000\t0\t0\t0\n"
+              "eth0\t000FC90A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n")
+    assert announce.default_gateway(routes) == "10.201.15.10"
+    assert announce.default_gateway(routes.splitlines()[0] + "\n" + routes.splitlines()[2]) is None
+
+
 # -- the rehearsal transform -------------------------------------------------------------------------
 
 
@@ -317,6 +420,8 @@ def test_rehearsal_has_no_gpu_and_keeps_what_compose_acts_on(tmp_path: Path) -> 
     for name in (R1, R2):
         assert services[name]["stop_grace_period"] == "5m0s" and services[name]["init"] is True
         assert services[name]["healthcheck"]["test"][:2] == ["CMD", "python3"]
+    for name, service in services.items():  # a replaced container's new MAC reaches its peers at start
+        assert service["command"][:3] == ["python3", "/rehearsal/announce.py", "--"], name
     assert "no-such-model" in " ".join(services[R2]["command"]) and "no-such-model" not in " ".join(services[R1]["command"])
     assert services[NGINX]["ports"] == [{"target": 8000, "published": "18000", "host_ip": "127.0.0.1", "protocol": "tcp"}]
     assert [a for a in services["proxy-glm53"]["command"] if a.startswith("http")] == [

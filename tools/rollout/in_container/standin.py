@@ -4,7 +4,7 @@ An HTTP forwarder: each request goes to the next backend in turn; a backend that
 connection or answers 502/503 is skipped for the next one, so a replica being replaced does
 not fail the request. The answer carries `X-Upstream: <backend host>` (the innermost one when
 stand-ins are chained), which is how the rehearsal sees which replica answered through the
-proxy path.
+proxy path; when no backend answers, the 502 carries `X-Upstream-Errors` (each backend and why).
 
     python3 standin.py --port 8000 --backend http://proxy-glm53:8000 [--backend ...]
 """
@@ -34,6 +34,7 @@ def make_handler(backends: list[tuple[str, int]]):
             with lock:
                 start = next(turn)
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+            errors = []
             for i in range(len(backends)):
                 host, port = backends[(start + i) % len(backends)]
                 conn = http.client.HTTPConnection(host, port, timeout=60)
@@ -41,11 +42,13 @@ def make_handler(backends: list[tuple[str, int]]):
                     conn.request(self.command, self.path, body=body, headers=headers)
                     response = conn.getresponse()
                     data = response.read()
-                except OSError:
+                except OSError as err:
+                    errors.append(f"{host}:{port} {err or type(err).__name__}")
                     continue
                 finally:
                     conn.close()
                 if response.status in (502, 503) and i + 1 < len(backends):
+                    errors.append(f"{host}:{port} HTTP {response.status}")
                     continue
                 self.send_response(response.status)
                 for key, value in response.getheaders():
@@ -57,7 +60,10 @@ def make_handler(backends: list[tuple[str, int]]):
                 self.end_headers()
                 self.wfile.write(data)
                 return
-            self.send_error(502, "no backend answered")
+            self.send_response(502)
+            self.send_header("X-Upstream-Errors", "; ".join(errors))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
 
         do_GET = do_POST = do_PUT = do_DELETE = _forward
 
