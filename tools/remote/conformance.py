@@ -29,7 +29,8 @@ from pathlib import Path
 
 from tools.remote.buildgrid_config import ServerConfig
 
-# Every test that may run remotely (the no-remote ones are filtered out), plus the v3 patch
+# Every test that may run remotely (no-remote and, in exec mode, no-remote-exec ones are filtered
+# out), plus the v3 patch
 # chain and the v3 image (patch layer, config, manifest: //recipes:glm53_v3 is built). Left out:
 # the engine images' structure/record/evidence tests, whose runfiles are the 2 GiB CPU base.
 DEFAULT_TARGETS = (
@@ -210,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         wait_for_port(port, server, "BuildGrid")
         endpoint = f"grpc://127.0.0.1:{port}"
         # A no-remote test runs locally and is never cached remotely: the second run would rerun it.
+        # A no-remote-exec test (host tools the execution image lacks) is cached but runs locally.
         # The shared repository cache only spares re-downloads of external repositories; a disk
         # cache would serve actions the executor is meant to run.
         repository_cache = f"--repository_cache={Path.home() / '.cache' / 'glm53-engine' / 'repository-cache'}"
@@ -220,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                                 "--image-files", str(runfiles / "tools" / "remote" / "exec_image_files.json"),
                                 "--runfiles", str(runfiles)],
                         scratch / "bot.log", env=bot_env, cwd=workspace)
-            flags = ["--config=remote", f"--remote_executor={endpoint}", "--test_tag_filters=-no-remote", repository_cache]
+            flags = ["--config=remote", f"--remote_executor={endpoint}", "--test_tag_filters=-no-remote,-no-remote-exec", repository_cache]
         first = bazel_test(workspace, scratch / "ob1", flags, args.targets, scratch / "run1.log")
         remote_actions = re.search(r"(\d+) remote[,.]", first)
         second = bazel_test(workspace, scratch / "ob2", flags, args.targets, scratch / "run2.log")
