@@ -114,7 +114,7 @@ def _fetch(rctx, entry, lock_name, extract):
         fetch(url = [_pip_fallback(rctx, entry, lock_name)], **kwargs)
     if extract and entry.name in BUILT_FROM_WHEEL:
         # The wheel stays for the unzip action; the repository cache serves it (same sha256).
-        rctx.download(url = [entry.url], output = "wheels/" + entry.filename, sha256 = entry.sha256)
+        rctx.download(url = entry.urls, output = "wheels/" + entry.filename, sha256 = entry.sha256)
         for path in BUILT_FROM_WHEEL[entry.name]:
             rctx.delete("site/{}/{}".format(entry.name, path))
 
