@@ -25,7 +25,7 @@ REPOSITORY_RE = re.compile(r"^[a-z0-9.-]+(?::[0-9]+)?/[a-z0-9._/-]+$")
 QSPLIT_PATCH = "dsa-indexer-qsplit"
 # The v3 event-loop patches; `offloop-v3-` in config_variant marks an image carrying all of them.
 EVENT_LOOP_V3_PATCHES = ("request-preprocessing-off-loop", "shm-off-loop", "mm-processor-off-loop",
-                         "event-loop-stall-dump")
+                         "dispatch-off-loop", "event-loop-stall-dump")
 
 REQUIRED_KEYS = ("recipe", "series", "repository", "tag", "digest", "base", "patch_layer_digest",
                  "fingerprint", "patches", "published")

@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Awaitable, Callable, Iterator, List, Optional
 
 import pytest
 
@@ -91,6 +91,15 @@ class Hold:
         is free, i.e. only if the call is off the loop."""
         await self.wait_started()
         self.released.set()
+
+    async def run_released_by_loop(self, call: Awaitable[Any]) -> Any:
+        """Await `call` with a loop task that releases the hold once it has started."""
+        releaser = asyncio.create_task(self.release_when_started())
+        try:
+            return await call
+        finally:
+            self.released.set()
+            await releaser
 
 
 @pytest.fixture
