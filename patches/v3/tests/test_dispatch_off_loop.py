@@ -17,17 +17,14 @@ right there.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import threading
-from typing import Any, Callable, List, Optional
+from typing import Callable, List, Optional
 
 import pytest
-import zmq
-import zmq.asyncio
 
 from sglang.srt.managers import io_struct
 from sglang.srt.managers import tokenizer_manager as tokenizer_manager_module
-from sglang.srt.managers.io_struct import AbortReq, GenerateReqInput, sock_recv
+from sglang.srt.managers.io_struct import AbortReq, GenerateReqInput
 from sglang.srt.sampling.sampling_params import SamplingParams
 
 WORKER_PREFIX = "sglang-preprocess"
@@ -73,57 +70,14 @@ def huge_text() -> str:
     return _huge_text()
 
 
-class Scheduler:
-    """The receiving end of the tokenizer manager's PUSH socket, read as the scheduler reads it."""
-
-    def __init__(self, pull: zmq.Socket) -> None:
-        self.pull = pull
-
-    def receive(self) -> Any:
-        assert self.pull.poll(10_000), "nothing reached the scheduler socket within 10 s"
-        return sock_recv(self.pull)
-
-
 @pytest.fixture
-def dispatching(make_tokenizer_manager, tiny_tokenizer, tmp_path, monkeypatch):
-    """A tokenizer manager whose real `_dispatch_to_scheduler` sends on a real ZMQ PUSH socket
-    (as `init_ipc_channels` builds it), and the scheduler's end of that socket."""
-    from sglang.srt.disaggregation.utils import DisaggregationMode
-    from sglang.srt.runtime_context import get_context
-
-    overrides = get_context().override_server_args()
-    overrides.install()
+def dispatching(make_tokenizer_manager, tiny_tokenizer, tmp_path, dispatch_helpers):
+    """A tokenizer manager whose real `_dispatch_to_scheduler` sends on a real ZMQ PUSH socket,
+    the scheduler's end of that socket, and `submit_until_dispatch` (conftest.py)."""
     tm = make_tokenizer_manager(tiny_tokenizer)
-    del tm._dispatch_to_scheduler  # conftest's recording stand-in: use the real one
-    tm.rid_to_state = {}
-    tm.mm_processor = None
-    tm.context_len = 10**8
-    tm.num_reserved_tokens = 0
-    tm.allow_auto_truncate = False
-    tm.validate_total_tokens = True
-    tm.is_generation = True
-    tm.preferred_sampling_params = None
     tm.sampling_params_class = ProbedSamplingParams
-    tm.model_config.vocab_size = len(tiny_tokenizer)
-    tm.enable_trace = False
-    tm.enable_metrics = False
-    tm.disaggregation_mode = DisaggregationMode.NULL
-    tm.tokenizer_ipc_name = None
-
-    address = f"ipc://{tmp_path}/scheduler_input"
-    receiver_context, sender_context = zmq.Context(), zmq.asyncio.Context()
-    pull = receiver_context.socket(zmq.PULL)
-    pull.bind(address)
-    tm.send_to_scheduler = sender_context.socket(zmq.PUSH)
-    tm.send_to_scheduler.connect(address)
-    try:
-        yield tm, Scheduler(pull)
-    finally:
-        tm.send_to_scheduler.close(linger=0)
-        pull.close(linger=0)
-        sender_context.term()
-        receiver_context.term()
-        overrides.restore()
+    with dispatch_helpers.manager(tm, f"ipc://{tmp_path}/scheduler_input") as scheduler:
+        yield tm, scheduler, dispatch_helpers.submit_until_dispatch
 
 
 def _request(text: str, rid: str) -> GenerateReqInput:
@@ -132,18 +86,6 @@ def _request(text: str, rid: str) -> GenerateReqInput:
     )
     obj.normalize_batch_and_arguments()
     return obj
-
-
-async def _submit(tm: Any, obj: GenerateReqInput) -> None:
-    """What generate_request does for one request up to its dispatch."""
-    tm._init_req_state(obj)
-    tokenized = await tm._tokenize_one_request(obj)
-    if obj.return_prompt_token_ids and tm.rid_to_state[obj.rid].prompt_token_ids is None:
-        # Stock and the earlier v3 set it in generate_request, from the array, on the loop.
-        tm.rid_to_state[obj.rid].prompt_token_ids = list(tokenized.input_ids)
-    sent = tm._send_one_request(tokenized)
-    if inspect.isawaitable(sent):  # a coroutine since shm-off-loop.diff
-        await sent
 
 
 def _record_array_threads(monkeypatch) -> List[str]:
@@ -167,13 +109,13 @@ def test_a_huge_request_is_built_and_serialized_off_the_loop(
     until a loop task releases it (inline, nothing can, and it runs into its limit). What the
     scheduler reads is the request with the tokenizer's ids; the prompt ids kept for
     return_prompt_token_ids are the same ids."""
-    tm, scheduler = dispatching
+    tm, scheduler, submit_until_dispatch = dispatching
     hold = hold_factory()
     probe(hold)
     array_threads = _record_array_threads(monkeypatch)
     obj = _request(huge_text, "huge")
 
-    asyncio.run(hold.run_released_by_loop(_submit(tm, obj)))
+    asyncio.run(hold.run_released_by_loop(submit_until_dispatch(tm, obj)))
 
     assert hold.released_by_loop, (
         f"the request was serialized on thread {hold.threads} and never released by the event "
@@ -199,19 +141,19 @@ def test_abort_while_the_request_is_serialized_never_sends_it(
     """abort_request(rid) while the request is being serialized: neither the request nor an
     AbortReq (which would reach the scheduler first and be ignored) is sent; the request ends
     as aborted. The next request is the first thing the scheduler reads."""
-    tm, scheduler = dispatching
+    tm, scheduler, submit_until_dispatch = dispatching
     hold = hold_factory()
     probe(hold)
     obj = _request(huge_text, "aborted")
 
     async def scenario():
-        task = asyncio.create_task(_submit(tm, obj))
+        task = asyncio.create_task(submit_until_dispatch(tm, obj))
         await hold.wait_started()
         tm.abort_request("aborted")
         hold.released.set()
         await task
         probe(None)
-        await _submit(tm, _request("after", "after"))
+        await submit_until_dispatch(tm, _request("after", "after"))
 
     asyncio.run(scenario())
 
@@ -229,16 +171,16 @@ def test_abort_while_the_request_is_serialized_never_sends_it(
 def test_abort_between_serialization_and_send_never_sends_it(dispatching, huge_text, probe):
     """The abort is queued on the loop from inside the serialization, so the loop runs it after
     the bytes exist and before the sending step resumes: the bytes are dropped."""
-    tm, scheduler = dispatching
+    tm, scheduler, submit_until_dispatch = dispatching
     obj = _request(huge_text, "aborted-late")
 
     async def scenario():
         loop = asyncio.get_running_loop()
         probe(lambda: loop.call_soon_threadsafe(tm.abort_request, "aborted-late"))
-        await _submit(tm, obj)
+        await submit_until_dispatch(tm, obj)
         probe(None)
         await asyncio.sleep(0)  # on a tree that sent first, the queued abort runs here
-        await _submit(tm, _request("after", "after"))
+        await submit_until_dispatch(tm, _request("after", "after"))
 
     asyncio.run(scenario())
 
@@ -250,11 +192,11 @@ def test_abort_between_serialization_and_send_never_sends_it(dispatching, huge_t
 def test_huge_requests_reach_the_scheduler_in_submission_order(dispatching, huge_text):
     """Three huge requests at once: their lane is FIFO through tokenization, building and
     serialization, so they arrive in submission order."""
-    tm, scheduler = dispatching
+    tm, scheduler, submit_until_dispatch = dispatching
     rids = ["first", "second", "third"]
 
     async def scenario():
-        await asyncio.gather(*(_submit(tm, _request(huge_text, rid)) for rid in rids))
+        await asyncio.gather(*(submit_until_dispatch(tm, _request(huge_text, rid)) for rid in rids))
 
     asyncio.run(scenario())
 
@@ -266,12 +208,12 @@ def test_serialized_bytes_read_back_as_the_request(dispatching, huge_text, monke
     """Both IPC encodings (SGLANG_USE_PICKLE_IPC): the scheduler's sock_recv reads the bytes sent
     for a huge request back as the request, and a small one's as before."""
     monkeypatch.setattr(io_struct, "_USE_PICKLE_IPC", ipc == "pickle")
-    tm, scheduler = dispatching
+    tm, scheduler, submit_until_dispatch = dispatching
     tm.sampling_params_class = SamplingParams  # msgpack encodes only the declared types
 
     async def scenario():
-        await _submit(tm, _request(huge_text, "huge"))
-        await _submit(tm, _request("small prompt", "small"))
+        await submit_until_dispatch(tm, _request(huge_text, "huge"))
+        await submit_until_dispatch(tm, _request("small prompt", "small"))
 
     asyncio.run(scenario())
 
