@@ -1,11 +1,15 @@
-"""Measures the longest stretch one tokenizer call holds the GIL, i.e. what a worker thread can
-still take from the event loop.
+"""Measures the longest stretch one call of the request path holds the GIL, i.e. what a worker
+thread can still take from the event loop.
 
 A ticker thread sleeps 1 ms in a loop while the main thread runs the call; the ticker's worst gap
 is the longest time it could not get the GIL back. Calls measured on the toy tokenizer from
 conftest.py and a --megabytes prompt: the HF `encode` the conversion uses, the same without
-attention mask and token type ids, the backend's own single `encode`, and `array("q", ids)` as
-`_create_tokenized_object` builds it.
+attention mask and token type ids, the backend's own single `encode`, `array("q", ids)` as
+0.5.19's `_create_tokenized_object` builds it, the same built in slices as
+dispatch-off-loop.diff's `_ids_in_slices` does, pickling the prompt's text and ids array (the
+bulk of what `send_pyobj` serializes) as 0.5.19 does and as the patch's sliced `sock_encode`
+does (the sliced forms only when the tree under test has them), and `orjson.loads` of a
+chat body of the same size (what `ORJSONRequest.json` runs on the loop).
 
   PYTHONPATH=.:<tree>:<torchvision shim> python bench_gil_tail.py --megabytes 2
 
@@ -15,9 +19,11 @@ Not collected by pytest (no test_ prefix); its numbers are quoted in README.md.
 from __future__ import annotations
 
 import argparse
+import pickle
 import threading
 import time
 from array import array
+from functools import partial
 from typing import Any, Callable, List
 
 
@@ -64,8 +70,33 @@ def main() -> None:
     for label, call in calls.items():
         ids, total, gap = worst_gil_gap(call)
         print(f"{label}: {len(ids)} tokens, {total * 1e3:.0f} ms, GIL held up to {gap * 1e3:.0f} ms")
-    _, total, gap = worst_gil_gap(lambda: array("q", ids))
+    import orjson
+
+    from sglang.srt.managers import io_struct, tokenizer_manager
+
+    ids_arr, total, gap = worst_gil_gap(lambda: array("q", ids))
     print(f'array("q", ids): {total * 1e3:.0f} ms, GIL held up to {gap * 1e3:.0f} ms')
+    _, total, gap = worst_gil_gap(
+        lambda: pickle.dumps((text, ids_arr), protocol=pickle.HIGHEST_PROTOCOL)
+    )
+    print(f"pickle text + ids array: {total * 1e3:.0f} ms, GIL held up to {gap * 1e3:.0f} ms")
+    in_slices = getattr(tokenizer_manager, "_ids_in_slices", None)
+    if in_slices is not None:  # a tree with dispatch-off-loop.diff
+        for label, call in {
+            'array("q", ids) in slices': lambda: in_slices(ids, partial(array, "q")),
+            "list(array) in slices": lambda: in_slices(ids_arr, list),
+            "pickle text + ids array, sliced": lambda: io_struct.sock_encode(
+                (text, ids_arr), sliced=True
+            ),
+        }.items():
+            _, total, gap = worst_gil_gap(call)
+            print(f"{label}: {total * 1e3:.0f} ms, GIL held up to {gap * 1e3:.0f} ms")
+    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": text}]})
+    _, total, gap = worst_gil_gap(lambda: orjson.loads(body))
+    print(
+        f"orjson.loads of a {len(body) / 1e6:.1f} MB chat body: {total * 1e3:.0f} ms, "
+        f"GIL held up to {gap * 1e3:.0f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -17,13 +17,15 @@ inline execution fails every time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import random
 import string
 import threading
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Awaitable, Callable, Iterator, List, Optional
 
 import pytest
 
@@ -91,6 +93,15 @@ class Hold:
         is free, i.e. only if the call is off the loop."""
         await self.wait_started()
         self.released.set()
+
+    async def run_released_by_loop(self, call: Awaitable[Any]) -> Any:
+        """Await `call` with a loop task that releases the hold once it has started."""
+        releaser = asyncio.create_task(self.release_when_started())
+        try:
+            return await call
+        finally:
+            self.released.set()
+            await releaser
 
 
 @pytest.fixture
@@ -199,3 +210,82 @@ def make_tokenizer_manager() -> Iterator[Callable[..., Any]]:
         shutdown = getattr(tm, "shutdown_request_preprocessing", None)
         if shutdown is not None:
             shutdown()
+
+
+class Scheduler:
+    """The receiving end of the tokenizer manager's PUSH socket, read as the scheduler reads it."""
+
+    def __init__(self, pull: Any) -> None:
+        self.pull = pull
+
+    def receive(self) -> Any:
+        from sglang.srt.managers.io_struct import sock_recv
+
+        assert self.pull.poll(10_000), "nothing reached the scheduler socket within 10 s"
+        return sock_recv(self.pull)
+
+
+@contextlib.contextmanager
+def dispatching_manager(tm: Any, address: str) -> Iterator[Scheduler]:
+    """Give a `new_tokenizer_manager` what `_tokenize_one_request`, `_send_one_request` and
+    `abort_request` read, with its real `_dispatch_to_scheduler` sending on a real ZMQ PUSH
+    socket (as `init_ipc_channels` builds it) to `address`; yields the scheduler's end. Server
+    args are published for the module getters those methods call (`get_exec()`, ...)."""
+    import zmq
+    import zmq.asyncio
+
+    from sglang.srt.disaggregation.utils import DisaggregationMode
+    from sglang.srt.runtime_context import get_context
+
+    overrides = get_context().override_server_args()
+    overrides.install()
+    del tm._dispatch_to_scheduler  # new_tokenizer_manager's recording stand-in
+    tm.rid_to_state = {}
+    tm.mm_processor = None
+    tm.context_len = 1 << 30
+    tm.num_reserved_tokens = 0
+    tm.allow_auto_truncate = False
+    tm.validate_total_tokens = True
+    tm.is_generation = True
+    tm.preferred_sampling_params = None
+    if "sampling_params_class" not in tm.__dict__:
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
+        tm.sampling_params_class = SamplingParams
+    tm.model_config.vocab_size = len(tm.tokenizer) if tm.tokenizer is not None else 1 << 20
+    tm.enable_trace = False
+    tm.enable_metrics = False
+    tm.disaggregation_mode = DisaggregationMode.NULL
+    tm.tokenizer_ipc_name = None
+    receiver_context, sender_context = zmq.Context(), zmq.asyncio.Context()
+    pull = receiver_context.socket(zmq.PULL)
+    pull.bind(address)
+    tm.send_to_scheduler = sender_context.socket(zmq.PUSH)
+    tm.send_to_scheduler.connect(address)
+    try:
+        yield Scheduler(pull)
+    finally:
+        tm.send_to_scheduler.close(linger=0)
+        pull.close(linger=0)
+        sender_context.term()
+        receiver_context.term()
+        overrides.restore()
+
+
+async def submit_until_dispatch(tm: Any, obj: Any) -> None:
+    """What generate_request does for one normalized request up to its dispatch."""
+    tm._init_req_state(obj)
+    tokenized = await tm._tokenize_one_request(obj)
+    if obj.return_prompt_token_ids and tm.rid_to_state[obj.rid].prompt_token_ids is None:
+        # Stock and the earlier v3 set it in generate_request, from the array, on the loop.
+        tm.rid_to_state[obj.rid].prompt_token_ids = list(tokenized.input_ids)
+    sent = tm._send_one_request(tokenized)
+    if inspect.isawaitable(sent):  # a coroutine since shm-off-loop.diff
+        await sent
+
+
+@pytest.fixture
+def dispatch_helpers() -> SimpleNamespace:
+    """`dispatching_manager` and `submit_until_dispatch`, for test modules (several test
+    directories have a conftest.py, so a test module cannot import this one by name)."""
+    return SimpleNamespace(manager=dispatching_manager, submit_until_dispatch=submit_until_dispatch)

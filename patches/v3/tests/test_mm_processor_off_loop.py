@@ -88,21 +88,12 @@ def make_processor(monkeypatch, tiny_tokenizer, hold_factory):
         processor.shutdown()
 
 
-async def _held_while_loop_releases(hold: Any, call: Any) -> Any:
-    releaser = asyncio.create_task(hold.release_when_started())
-    try:
-        return await call
-    finally:
-        hold.released.set()
-        await releaser
-
-
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 def test_one_worker_processes_off_the_loop_with_its_own_tokenizer(make_processor):
     processor, hold, calls = make_processor()
 
-    asyncio.run(_held_while_loop_releases(hold, processor.process_mm_data_async()))
+    asyncio.run(hold.run_released_by_loop(processor.process_mm_data_async()))
 
     assert hold.released_by_loop, (
         f"the multimodal processor ran on thread {hold.threads} and was never released by "

@@ -170,16 +170,6 @@ def _assert_off_loop(hold: Any, what: str) -> None:
     assert hold.threads and hold.threads[0].startswith(WORKER_PREFIX), hold.threads
 
 
-async def _held_while_loop_releases(hold: Any, call: Any) -> Any:
-    """Run `call` with a loop task that releases `hold` once it has started."""
-    releaser = asyncio.create_task(hold.release_when_started())
-    try:
-        return await call
-    finally:
-        hold.released.set()
-        await releaser
-
-
 # --- the loop keeps running ------------------------------------------------------------------
 
 
@@ -188,7 +178,7 @@ def test_event_loop_runs_while_conversion_is_held(make_tokenizer_manager, hold_f
     hold = hold_factory()
     serving = ConvertingServing(make_tokenizer_manager(), lambda request: hold() or "adapted")
 
-    result = asyncio.run(_held_while_loop_releases(hold, serving.handle_request(object(), None)))
+    result = asyncio.run(hold.run_released_by_loop(serving.handle_request(object(), None)))
 
     assert result == {"status": "ok", "adapted": "adapted"}, result
     _assert_off_loop(hold, "_convert_to_internal_request")
@@ -244,7 +234,7 @@ def test_tokenize_texts_runs_off_the_event_loop(
     tm = make_tokenizer_manager(HeldTokenizer(tiny_tokenizer, hold))
 
     input_ids, token_type_ids = asyncio.run(
-        _held_while_loop_releases(hold, tm._tokenize_texts("hello world"))
+        hold.run_released_by_loop(tm._tokenize_texts("hello world"))
     )
 
     assert input_ids == tiny_tokenizer("hello world")["input_ids"]
@@ -296,7 +286,7 @@ def test_other_entrypoints_render_templates_off_the_loop(
     hold = hold_factory()
     tm = make_tokenizer_manager(HeldTokenizer(tiny_tokenizer, hold))
 
-    asyncio.run(_held_while_loop_releases(hold, call(tm)))
+    asyncio.run(hold.run_released_by_loop(call(tm)))
 
     _assert_off_loop(hold, f"the chat template render of {call.__name__}")
 
@@ -317,7 +307,7 @@ def test_responses_renders_templates_off_the_loop(
     request = ResponsesRequest(model="tiny", input="hi")
 
     asyncio.run(
-        _held_while_loop_releases(hold, serving._make_request(request, None, tm.tokenizer))
+        hold.run_released_by_loop(serving._make_request(request, None, tm.tokenizer))
     )
 
     _assert_off_loop(hold, "the chat template render of Responses")
@@ -338,7 +328,7 @@ def test_chat_validation_runs_off_the_loop(make_tokenizer_manager, tiny_tokenize
     serving = HeldValidation(make_tokenizer_manager(tiny_tokenizer), TemplateManager())
 
     result = asyncio.run(
-        _held_while_loop_releases(hold, serving.handle_request(_chat("hi", tools=TOOLS), None))
+        hold.run_released_by_loop(serving.handle_request(_chat("hi", tools=TOOLS), None))
     )
 
     assert isinstance(result, dict), result
@@ -369,7 +359,7 @@ def test_score_tokenizes_off_the_loop(make_tokenizer_manager, tiny_tokenizer, ho
                 query="the query", items=["item one", "item two"], label_token_ids=[1, 2]
             )
 
-    asyncio.run(_held_while_loop_releases(hold, scenario()))
+    asyncio.run(hold.run_released_by_loop(scenario()))
 
     assert generated and generated[0].input_ids, generated
     _assert_off_loop(hold, "score's query and item tokenization")
