@@ -17,18 +17,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
-from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tools.oci.ocilayout import canonical_json  # noqa: E402
 
 SCHEMA = 1
 
 
 class FingerprintError(Exception):
     """The declaration cannot be fingerprinted."""
-
-
-def canonical_json(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def patch_hashes(declaration: dict) -> list[dict[str, str]]:

@@ -42,7 +42,6 @@ DEFAULT_TARGETS = (
     "//tools/oci/...",
     "//tools/podman:unit_test",
     "//tools/release:record_test",
-    "//tools/release:oci_fetch_test",
     "//tools/release:layer_sbom_test",
     "//tools/rollout:unit_test",
     "//patches:v3",

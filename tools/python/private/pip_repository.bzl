@@ -154,13 +154,14 @@ py_library(
 )
 """
 
-# One file of BUILT_FROM_WHEEL, unzipped from the locked wheel at build time.
+# One file of BUILT_FROM_WHEEL, unzipped from the locked wheel at build time (by python3's
+# zipfile: the remote-execution image has python3 but no unzip).
 _FROM_WHEEL = """\
 genrule(
     name = "_from_wheel_{name}_{index}",
     srcs = ["wheels/{wheel}"],
     outs = ["site/{name}/{path}"],
-    cmd = "unzip -p $< {path} > $@",
+    cmd = "python3 -c 'import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read(sys.argv[2]))' $< {path} > $@",
     visibility = ["//visibility:private"],
 )
 """
