@@ -93,3 +93,24 @@ def output_file(name, target, output_group, visibility = None, tags = []):
         visibility = visibility,
         tags = tags,
     )
+
+def debian_lock(name, out, roots, exclude, archives, **kwargs):
+    """`bazel run :<name>` writes the Debian lock `out` (workspace path): the closure of `roots`
+    minus `exclude`, resolved against `archives` (NAME SUITES MIRRORS...) by debroot.py."""
+    native.py_binary(
+        name = name,
+        srcs = ["//tools/oci:debroot.py"],
+        args = ["lock", "--out", out] +
+               ["--root-pkg=" + p for p in roots] +
+               ["--exclude=" + p for p in exclude] +
+               ["--archive='%s'" % a for a in archives],
+        main = "//tools/oci:debroot.py",
+        python_version = "PY3",
+        deps = [
+            "//tools/oci:debian_lib",
+            "//tools/oci:ocilayout_lib",
+            "//tools/oci:ocitar_lib",
+            "//tools/oci:pycompile_lib",
+        ],
+        **kwargs
+    )
