@@ -1,0 +1,153 @@
+"""Tests for tokenizer-process.diff: a prompt of more than TOKENIZER_PROCESS_MIN_CHARS is encoded
+by its preprocessing lane's tokenizer process, so no thread of the server process holds the GIL
+while `tokenizers` turns millions of ids into a list.
+
+Real tokenizer throughout (the toy BPE of conftest.py, and the child process encodes with its
+backend). What is observed is where the encode ran: `encode_calls` records every call of
+transformers' fast `_encode_plus` in this process (a pass-through spy on the real method), so a
+large prompt encoded in this process shows up there, and one encoded by the child does not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import os
+import signal
+import threading
+from typing import Any, List, Tuple
+
+import pytest
+from test_request_preprocessing_off_loop import (
+    TOOLS,
+    TOOLS_TEMPLATE,
+    ChatServing,
+    RawRequest,
+    _chat,
+)
+
+from sglang.srt.managers import tokenizer_manager
+from sglang.srt.parser.template_manager import TemplateManager
+
+LARGE_CHARS = getattr(tokenizer_manager, "TOKENIZER_PROCESS_MIN_CHARS", 256 * 1024) + 4096
+SENTENCE = "the quick brown fox jumps over the lazy dog, naïve café 東京 "
+LARGE_TEXT = (SENTENCE * (LARGE_CHARS // len(SENTENCE) + 1))[:LARGE_CHARS]
+
+
+def _chars(text: Any) -> int:
+    if isinstance(text, str):
+        return len(text)
+    return sum(_chars(t) for t in text)
+
+
+@pytest.fixture
+def encode_calls(monkeypatch) -> List[Tuple[str, int]]:
+    """(thread name, characters) of every fast-tokenizer encode in this process."""
+    from transformers import PreTrainedTokenizerFast
+
+    real = PreTrainedTokenizerFast._encode_plus
+    calls: List[Tuple[str, int]] = []
+
+    def recording(self, text, *args, **kwargs):
+        calls.append((threading.current_thread().name, _chars(text)))
+        return real(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainedTokenizerFast, "_encode_plus", recording)
+    return calls
+
+
+def _large_encodes(calls: List[Tuple[str, int]]) -> List[Tuple[str, int]]:
+    return [call for call in calls if call[1] >= LARGE_CHARS]
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_large_generate_prompt_is_encoded_in_another_process(
+    make_tokenizer_manager, tiny_tokenizer, encode_calls
+):
+    tm = make_tokenizer_manager(tiny_tokenizer)
+
+    input_ids, token_type_ids = asyncio.run(tm._tokenize_texts(LARGE_TEXT))
+
+    in_process = _large_encodes(encode_calls)
+    assert in_process == [], f"the {LARGE_CHARS}-character prompt was encoded in this process: {in_process}"
+    assert input_ids == tiny_tokenizer.encode(LARGE_TEXT)
+    assert token_type_ids is None
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_large_tools_chat_prompt_is_identical_and_encoded_in_another_process(
+    make_tokenizer_manager, tiny_tokenizer, encode_calls
+):
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    tokenizer.chat_template = TOOLS_TEMPLATE
+    serving = ChatServing(make_tokenizer_manager(tokenizer), TemplateManager())
+
+    result = asyncio.run(
+        serving.handle_request(_chat(LARGE_TEXT, tools=TOOLS), RawRequest(LARGE_CHARS))
+    )
+    in_process = _large_encodes(encode_calls)
+    # What 0.5.19 serves: the same conversion inline, encoded in this thread.
+    inline, _ = serving._convert_to_internal_request(_chat(LARGE_TEXT, tools=TOOLS), None)
+
+    assert isinstance(result, dict), f"handle_request returned an error: {result!r}"
+    assert in_process == [], f"the chat prompt was encoded in this process: {in_process}"
+    assert result["input_ids"] == list(inline.input_ids)
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_a_killed_tokenizer_process_costs_no_request_and_is_replaced(
+    make_tokenizer_manager, tiny_tokenizer, encode_calls, caplog
+):
+    tm = make_tokenizer_manager(tiny_tokenizer)
+    expected = tiny_tokenizer.encode(LARGE_TEXT)
+    encode_calls.clear()
+    assert asyncio.run(tm._tokenize_texts(LARGE_TEXT))[0] == expected
+    (first,) = tm._tokenizer_processes
+    os.kill(first.pid, signal.SIGKILL)
+    first._process.wait()
+
+    with caplog.at_level(logging.WARNING, logger=tokenizer_manager.__name__):
+        after_kill = asyncio.run(tm._tokenize_texts(LARGE_TEXT))[0]
+    fallback = _large_encodes(encode_calls)
+    replaced = asyncio.run(tm._tokenize_texts(LARGE_TEXT))[0]
+
+    assert after_kill == expected  # encoded on the lane's thread instead
+    assert len(fallback) == 1 and fallback[0][0].startswith("sglang-preprocess"), fallback
+    assert any("Tokenizer process failed" in r.getMessage() for r in caplog.records)
+    assert replaced == expected
+    assert len(tm._tokenizer_processes) == 2 and tm._tokenizer_processes[1].pid != first.pid
+    assert _large_encodes(encode_calls) == fallback  # the new process encoded the third
+
+
+def test_a_tokenizer_with_its_own_encode_keeps_it(make_tokenizer_manager, tiny_tokenizer):
+    """A remote-code tokenizer that post-processes its ids is never replaced by its backend."""
+
+    class MarkingTokenizer(tiny_tokenizer.__class__):
+        def encode(self, text, *args, **kwargs):
+            return super().encode(text, *args, **kwargs) + [0]
+
+    tokenizer = MarkingTokenizer(tokenizer_object=tiny_tokenizer.backend_tokenizer)
+    tokenizer.chat_template = tiny_tokenizer.chat_template
+    serving = ChatServing(make_tokenizer_manager(tokenizer), TemplateManager())
+
+    result = asyncio.run(serving.handle_request(_chat(LARGE_TEXT), None))
+
+    assert isinstance(result, dict), f"handle_request returned an error: {result!r}"
+    assert result["input_ids"][-1] == 0
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_shutdown_ends_the_tokenizer_processes(make_tokenizer_manager, tiny_tokenizer):
+    tm = make_tokenizer_manager(tiny_tokenizer)
+    asyncio.run(tm._tokenize_texts(LARGE_TEXT))
+    (process,) = tm._tokenizer_processes
+
+    tm.shutdown_request_preprocessing()
+
+    assert process._process.returncode is not None, f"pid {process.pid} still runs"
+    assert tm._tokenizer_processes == []
