@@ -22,7 +22,7 @@ RECIPE_NAME_RE = re.compile(r"glm53_v[0-9]+")
 QSPLIT_PATCH = "dsa-indexer-qsplit"
 # The v3 event-loop patches; `offloop-v3-` in config_variant marks an image carrying all of them.
 EVENT_LOOP_V3_PATCHES = ("request-preprocessing-off-loop", "shm-off-loop", "mm-processor-off-loop",
-                         "dispatch-off-loop", "tokenizer-process", "event-loop-stall-dump")
+                         "dispatch-off-loop", "offload-process", "event-loop-stall-dump")
 
 PUBLISH_HINT = ("build, publish and record the image with "
                 "`bazel run //recipes:{name}.push -- --repository REG/REPO --tag TAG` "

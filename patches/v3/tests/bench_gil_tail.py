@@ -6,10 +6,12 @@ is the longest time it could not get the GIL back. Calls measured on the toy tok
 conftest.py and a --megabytes prompt: the HF `encode` the conversion uses, the same without
 attention mask and token type ids, the backend's own single `encode`, `array("q", ids)` as
 0.5.19's `_create_tokenized_object` builds it, the same built in slices as
-dispatch-off-loop.diff's `_ids_in_slices` does, pickling the prompt's text and ids array (the
-bulk of what `send_pyobj` serializes) as 0.5.19 does and as the patch's sliced `sock_encode`
-does (the sliced forms only when the tree under test has them), and `orjson.loads` of a
-chat body of the same size (what `ORJSONRequest.json` runs on the loop).
+dispatch-off-loop.diff's `_ids_in_slices` does, the encode through offload-process.diff's
+`TokenizerProcess` (the calling thread waits on a pipe; the list is built in slices), pickling
+the prompt's text and ids array (the bulk of what `send_pyobj` serializes) as 0.5.19 does and
+as the patch's sliced `sock_encode` does (the sliced forms only when the tree under test has
+them), and `orjson.loads` of a chat body of the same size (what `ORJSONRequest.json` runs on
+the loop).
 
   PYTHONPATH=.:<tree>:<torchvision shim> python bench_gil_tail.py --megabytes 2
 
@@ -91,6 +93,24 @@ def main() -> None:
         }.items():
             _, total, gap = worst_gil_gap(call)
             print(f"{label}: {total * 1e3:.0f} ms, GIL held up to {gap * 1e3:.0f} ms")
+    try:  # a tree with offload-process.diff
+        from sglang.srt.managers.offload_process import TokenizerProcess
+    except ImportError:
+        TokenizerProcess = None
+    if TokenizerProcess is not None:
+        process = TokenizerProcess(tokenizer)
+        process.check_against(tokenizer)  # started and checked before it is timed
+        try:
+            got, total, gap = worst_gil_gap(
+                lambda: in_slices(process.encode(text), list)
+            )
+        finally:
+            process.close()
+        assert got == ids, "the tokenizer process encoded differently"
+        print(
+            f"tokenizer process encode + list in slices: {len(got)} tokens, "
+            f"{total * 1e3:.0f} ms, GIL held up to {gap * 1e3:.0f} ms"
+        )
     body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": text}]})
     _, total, gap = worst_gil_gap(lambda: orjson.loads(body))
     print(

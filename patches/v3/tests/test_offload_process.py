@@ -1,11 +1,13 @@
-"""Tests for tokenizer-process.diff: a prompt of more than TOKENIZER_PROCESS_MIN_CHARS is encoded
-by its preprocessing lane's tokenizer process, so no thread of the server process holds the GIL
-while `tokenizers` turns millions of ids into a list.
+"""Tests for offload-process.diff: a prompt of more than TOKENIZER_PROCESS_MIN_CHARS is encoded
+by its preprocessing lane's tokenizer process, and a body of more than LARGE_BODY_MIN_BYTES is
+parsed by a JSON process, so no thread of the server process holds the GIL while `tokenizers`
+turns millions of ids into a list or orjson parses megabytes.
 
-Real tokenizer throughout (the toy BPE of conftest.py, and the child process encodes with its
-backend). What is observed is where the encode ran: `encode_calls` records every call of
-transformers' fast `_encode_plus` in this process (a pass-through spy on the real method), so a
-large prompt encoded in this process shows up there, and one encoded by the child does not.
+Real tokenizer and real orjson throughout (the toy BPE of conftest.py; the children run the
+same libraries). What is observed is where the work ran: `encode_calls` records every call of
+transformers' fast `_encode_plus` in this process and `parse_calls` every `orjson.loads`
+(pass-through spies on the real functions), so a large prompt or body handled in this process
+shows up there, and one handled by a child does not.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import logging
 import os
 import signal
 import threading
-from typing import Any, List, Tuple
+from typing import Any, Iterator, List, Tuple
 
+import orjson
 import pytest
 from test_request_preprocessing_off_loop import (
     TOOLS,
@@ -151,3 +154,102 @@ def test_shutdown_ends_the_tokenizer_processes(make_tokenizer_manager, tiny_toke
 
     assert process._process.returncode is not None, f"pid {process.pid} still runs"
     assert tm._tokenizer_processes == []
+
+
+# --- the JSON body parse ---------------------------------------------------------------------
+
+LARGE_BODY_BYTES = 2 * 1024 * 1024
+
+
+@pytest.fixture
+def parse_calls(monkeypatch) -> Iterator[List[int]]:
+    """The size of every document orjson.loads parses in this process; afterwards the server's
+    JSON process (if the tree has one) is ended."""
+    real = orjson.loads
+    calls: List[int] = []
+
+    def recording(document, *args, **kwargs):
+        calls.append(len(document))
+        return real(document, *args, **kwargs)
+
+    monkeypatch.setattr(orjson, "loads", recording)
+    yield calls
+    from sglang.srt.entrypoints import http_server
+
+    parser = getattr(http_server, "_large_body_parser", None)
+    if parser is not None:
+        parser.close()
+
+
+def _large_chat_body() -> bytes:
+    content = (SENTENCE * (LARGE_BODY_BYTES // len(SENTENCE) + 1))[:LARGE_BODY_BYTES]
+    return orjson.dumps(
+        {
+            "model": "tiny",
+            "messages": [{"role": "user", "content": content}],
+            "tools": TOOLS,
+            "temperature": 0.1,
+            "max_tokens": 2**40,
+        }
+    )
+
+
+def _parse_as_the_server_does(body: bytes) -> Any:
+    """ORJSONRequest.json(), the body reader of every sglang route, on a one-chunk body."""
+    from sglang.srt.entrypoints.http_server import ORJSONRequest
+
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions",
+             "headers": [(b"content-type", b"application/json")], "query_string": b""}
+    return asyncio.run(ORJSONRequest(scope, receive).json())
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_large_body_is_parsed_in_another_process(parse_calls):
+    body = _large_chat_body()
+    expected = orjson.loads(body)
+    parse_calls.clear()
+
+    parsed = _parse_as_the_server_does(body)
+
+    assert [n for n in parse_calls if n >= LARGE_BODY_BYTES] == [], "parsed in this process"
+    assert parsed == expected
+    assert type(parsed["temperature"]) is float and parsed["max_tokens"] == 2**40
+
+
+def test_a_large_invalid_body_raises_orjsons_own_error(parse_calls):
+    body = _large_chat_body()[:-1]  # truncated: not JSON
+    with pytest.raises(orjson.JSONDecodeError) as expected:
+        orjson.loads(body)
+
+    with pytest.raises(orjson.JSONDecodeError) as got:
+        _parse_as_the_server_does(body)
+
+    assert str(got.value) == str(expected.value)
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_a_killed_json_process_costs_no_request(parse_calls, caplog):
+    from sglang.srt.entrypoints import http_server
+
+    body = _large_chat_body()
+    expected = orjson.loads(body)
+    assert _parse_as_the_server_does(body) == expected
+    first = http_server._large_body_parser._process
+    os.kill(first.pid, signal.SIGKILL)
+    first._process.wait()
+    parse_calls.clear()
+
+    with caplog.at_level(logging.WARNING):
+        after_kill = _parse_as_the_server_does(body)
+    fallback = list(parse_calls)
+    replaced = _parse_as_the_server_does(body)
+
+    assert after_kill == expected and fallback == [len(body)]  # parsed here, once
+    assert any("JSON parse process failed" in r.getMessage() for r in caplog.records)
+    assert replaced == expected and parse_calls == fallback  # a new child parsed the third
+    assert http_server._large_body_parser._process.pid != first.pid
