@@ -27,8 +27,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tools.oci import ocitar, pycompile  # noqa: E402
-from tools.oci.debian import (RELOCK, Apt, Archive, Deb, DebianError, Lock, Pin, pins_from_indexes,  # noqa: E402
-                              sha256_file, unpack)
+from tools.oci.debian import (Apt, Archive, Deb, DebianError, Lock, Pin, pins_from_indexes,  # noqa: E402
+                              relock_command, sha256_file, unpack)
 from tools.oci.ocilayout import LayerDescriptor, write_canonical  # noqa: E402
 
 PASSWD = "root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n"
@@ -48,11 +48,11 @@ def check_lock(lock: Lock, roots: list[str], exclude: list[str], mode: str, lock
     """Refuses a lock made for other roots, and (strict mode) one the repository rule drifted."""
     if (tuple(roots), tuple(exclude)) != (lock.roots, lock.exclude):
         raise DebianError(f"{lock_name} was made for other roots/exclusions than the BUILD file names; "
-                          f"run `{RELOCK}`, review and commit the lock")
+                          f"run `{lock.relock}`, review and commit the lock")
     if lock.drift and mode == "strict":
         moved = ", ".join(f"{d.name}={d.locked} (archive now has {d.used})" for d in lock.drift)
         raise DebianError(f"{lock_name} is stale: {len(lock.drift)} locked version(s) are on no mirror: {moved}. "
-                          f"Release builds need a current lock: run `{RELOCK}`, review and commit the lock, "
+                          f"Release builds need a current lock: run `{lock.relock}`, review and commit the lock, "
                           "then rebuild.")
 
 
@@ -159,7 +159,7 @@ def relock(args: argparse.Namespace) -> None:
     if not out.is_absolute() and os.environ.get("BUILD_WORKSPACE_DIRECTORY"):
         out = Path(os.environ["BUILD_WORKSPACE_DIRECTORY"]) / out
     old = Lock.parse(out.read_text(), str(out)) if out.exists() else None
-    new = Lock(tuple(args.root_pkg), tuple(args.exclude), archives, tuple(pins))
+    new = Lock(tuple(args.root_pkg), tuple(args.exclude), archives, tuple(pins), relock=relock_command(args.target))
     out.write_text(new.render())
     before = {p.name: p.version for p in old.pins} if old else {}
     after = {p.name: p.version for p in new.pins}
@@ -187,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--out-manifest", type=Path, required=True, help="JSON: every .deb used, drift")
     lk = sub.choices["lock"]
     lk.add_argument("--out", type=Path, required=True, help="lock file (relative: to the workspace)")
+    lk.add_argument("--target", required=True, help="this lock tool's label, named in the lock's header")
     lk.add_argument("--archive", action="append", required=True,
                     help="`NAME SUITE[,SUITE...] MIRROR...`: an archive the lock takes packages from")
     args = p.parse_args(argv)

@@ -100,7 +100,7 @@ def debian_lock(name, out, roots, exclude, archives, **kwargs):
     native.py_binary(
         name = name,
         srcs = ["//tools/oci:debroot.py"],
-        args = ["lock", "--out", out] +
+        args = ["lock", "--out", out, "--target=//%s:%s" % (native.package_name(), name)] +
                ["--root-pkg=" + p for p in roots] +
                ["--exclude=" + p for p in exclude] +
                ["--archive='%s'" % a for a in archives],

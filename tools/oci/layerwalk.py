@@ -1,19 +1,24 @@
-"""One layer's tar members as the changes a runtime applies (OCI whiteouts), in order.
+"""One layer's tar members as the changes a runtime applies (OCI whiteouts), in order, and the
+merged view of a stack of layers.
 
-The single reader of whiteout semantics: the structure test folds the changes into a path
-map (merged_view), the bubblewrap backend applies them to a directory (tools/podman/rootfs.py).
+The single reader of whiteout semantics: `MergedView` folds the changes into a path map (the
+structure test's merged filesystem, the shallow pull's file hashes), the bubblewrap backend
+applies them to a directory (tools/podman/rootfs.py).
 
   * `.wh..wh..opq` in directory D hides everything the lower layers have in D, wherever the
     marker sits in the tar, so opaque changes come first;
   * `.wh.<name>` deletes <name> (and its subtree) of the lower layers;
-  * anything else is an entry that replaces what was at its path.
+  * anything else is an entry that replaces what was at its path (a non-directory also
+    replaces the subtree of a directory it lands on; a directory merges with one).
 """
 
 from __future__ import annotations
 
 import tarfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Generic, TypeVar
 
 if __package__ in (None, ""):
     import sys
@@ -24,6 +29,8 @@ from tools.oci.ocilayout import LayoutError  # noqa: E402
 
 WHITEOUT_PREFIX = ".wh."
 OPAQUE = WHITEOUT_PREFIX + WHITEOUT_PREFIX + ".opq"
+
+T = TypeVar("T")
 
 
 class LayerPathError(LayoutError):
@@ -67,3 +74,53 @@ def changes(members: list[tarfile.TarInfo], where: str) -> list[Change]:
 def read_changes(blob: Path, where: str, mode: str = "r:") -> list[Change]:
     with tarfile.open(blob, mode) as tar:
         return changes(tar.getmembers(), where)
+
+
+class MergedView(Generic[T]):
+    """path -> value of the filesystem the layers applied so far make (bottom layer first).
+
+    `paths` holds a value for each path the caller's `value` function gave one; the paths
+    between (directories nobody asked about) are only indexed, so a whiteout or a replaced
+    directory drops exactly its subtree without a scan of the whole map.
+    """
+
+    def __init__(self) -> None:
+        self.paths: dict[str, T] = {}
+        self._children: dict[str, set[str]] = {}  # directory -> its indexed children (full paths)
+
+    def apply(self, layer: Iterable[Change], value: Callable[[Change], T | None]) -> None:
+        """One layer's changes (from `changes`, in that order); `value(change)` of an entry is
+        what the view keeps at its path (None: nothing, but it still replaces what was there)."""
+        for change in layer:
+            if change.kind == "opaque":
+                self._drop(change.path, keep_top=True)
+                continue
+            if change.kind == "whiteout" or not change.member.isdir():
+                self._drop(change.path)
+            else:
+                self.paths.pop(change.path, None)
+            if change.kind == "entry":
+                kept = value(change)
+                if kept is not None:
+                    self.paths[change.path] = kept
+                    self._index(change.path)
+
+    def _index(self, path: str) -> None:
+        while path:
+            parent = path.rpartition("/")[0]
+            siblings = self._children.setdefault(parent, set())
+            if path in siblings:
+                return
+            siblings.add(path)
+            path = parent
+
+    def _drop(self, path: str, keep_top: bool = False) -> None:
+        """Removes the subtree below `path`, and `path` itself unless keep_top."""
+        if not keep_top:
+            self.paths.pop(path, None)
+            self._children.get(path.rpartition("/")[0], set()).discard(path)
+        below = list(self._children.pop(path, ()))
+        while below:
+            p = below.pop()
+            self.paths.pop(p, None)
+            below.extend(self._children.pop(p, ()))

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tools.oci import reference
+
 MEDIA_INDEX = "application/vnd.oci.image.index.v1+json"
 MEDIA_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 MEDIA_CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -66,11 +68,12 @@ def parse_pairs(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
-def check_digest(value: str, where: str) -> str:
-    algo, _, hexpart = value.partition(":")
-    if algo != "sha256" or len(hexpart) != 64 or any(c not in "0123456789abcdef" for c in hexpart):
-        raise LayoutError(f"{where}: {value!r} is not a sha256:<64 lowercase hex> digest")
-    return value
+def check_digest(value: object, where: str) -> str:
+    """reference.check_digest (the one digest grammar), failing as the LayoutError layout tools report."""
+    try:
+        return reference.check_digest(value, where)
+    except reference.ReferenceError as err:
+        raise LayoutError(str(err)) from None
 
 
 @dataclass(frozen=True)

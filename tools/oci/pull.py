@@ -36,23 +36,14 @@ from typing import BinaryIO
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tools.oci import layerwalk, registry  # noqa: E402
 from tools.oci.mediatypes import oci_layer_type  # noqa: E402
-from tools.oci.ocilayout import canonical_json, sha256_digest  # noqa: E402
-from tools.oci.registry import (  # noqa: E402
-    RefError,
-    RegistryError,
-    Repository,
-    Skopeo,
-    check_digest,
-    parse_repository,
-)
+from tools.oci.ocilayout import LayoutError, canonical_json, sha256_digest  # noqa: E402
 
 INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
 )
-WHITEOUT = ".wh."
-OPAQUE = ".wh..wh..opq"
 
 
 class PullError(Exception):
@@ -66,7 +57,7 @@ def verified(data: bytes, digest: str, what: str) -> bytes:
     return data
 
 
-def platform_manifest(skopeo: Skopeo, repo: Repository, pinned: str, platform: str) -> tuple[bytes, str]:
+def platform_manifest(skopeo: registry.Skopeo, repo: registry.Repository, pinned: str, platform: str) -> tuple[bytes, str]:
     """(manifest bytes, digest) for `platform`: the pinned manifest, or its entry in a pinned index."""
     data = verified(skopeo.raw_manifest(repo, pinned), pinned, f"{repo}@{pinned}")
     doc = json.loads(data)
@@ -76,7 +67,7 @@ def platform_manifest(skopeo: Skopeo, repo: Repository, pinned: str, platform: s
     for entry in doc.get("manifests", []):
         plat = entry.get("platform") or {}
         if plat.get("os") == os_name and plat.get("architecture") == arch:
-            digest = check_digest(entry["digest"], f"{repo}@{pinned} index entry")
+            digest = registry.check_digest(entry["digest"], f"{repo}@{pinned} index entry")
             return verified(skopeo.raw_manifest(repo, digest), digest, f"{repo}@{digest} ({platform})"), digest
     found = sorted(f"{(e.get('platform') or {}).get('os')}/{(e.get('platform') or {}).get('architecture')}"
                    for e in doc.get("manifests", []))
@@ -104,53 +95,29 @@ def _under(path: str, prefix: str) -> bool:
     return path == prefix or path.startswith(prefix + "/")
 
 
-def _drop(files: dict[str, str], top: str, keep_top: bool = False) -> None:
-    for path in [p for p in files if _under(p, top) and not (keep_top and p == top)]:
-        del files[path]
-
-
-def _read_layer(tar: tarfile.TarFile, prefixes: list[str]) -> tuple[list[tarfile.TarInfo], dict[str, str]]:
-    """One streaming pass over a layer: its members, and the sha256 of its files under `prefixes`."""
+def apply_layer(view: layerwalk.MergedView[str], tar: tarfile.TarFile, prefixes: list[str], where: str) -> None:
+    """Applies one layer (a tar stream, read once) to `view` {path: sha256} of the layers below
+    it: the regular files under `prefixes`, whiteouts applied by layerwalk. A hard link gets
+    its target's hash (a file of this layer before it in the tar, or of a lower layer)."""
     members, hashes = [], {}
     for member in tar:
         members.append(member)
-        name = member.name.lstrip("./").rstrip("/")
-        if member.isreg() and any(_under(name, prefix) for prefix in prefixes):
-            hashes[name] = hashlib.file_digest(tar.extractfile(member), "sha256").hexdigest()
-    return members, hashes
+        if member.isreg() and any(_under(layerwalk.normalise(member.name, where), p) for p in prefixes):
+            hashes[member] = hashlib.file_digest(tar.extractfile(member), "sha256").hexdigest()
 
+    def sha256(change: layerwalk.Change) -> str | None:
+        if not any(_under(change.path, p) for p in prefixes):
+            return None
+        if change.member.islnk():
+            return view.paths.get(layerwalk.normalise(change.member.linkname, where))
+        return hashes.get(change.member)
 
-def apply_layer(files: dict[str, str], tar: tarfile.TarFile, prefixes: list[str]) -> None:
-    """Applies one layer (a tar stream) to `files` {path: sha256} of the layers below it.
-
-    Whiteout semantics as a runtime applies them: opaque markers first (they hide the lower
-    layers' entries of their directory wherever they sit in the tar), then whiteouts and entries
-    in tar order; a non-directory entry replaces a lower directory.
-    """
-    members, hashes = _read_layer(tar, prefixes)
-    named = [(m, m.name.lstrip("./").rstrip("/")) for m in members]
-    for _, name in named:
-        head, _, base = name.rpartition("/")
-        if base == OPAQUE:
-            _drop(files, head, keep_top=True)
-    for member, name in named:
-        head, _, base = name.rpartition("/")
-        if base == OPAQUE:
-            continue
-        if base.startswith(WHITEOUT):
-            _drop(files, f"{head}/{base[len(WHITEOUT):]}" if head else base[len(WHITEOUT):])
-            continue
-        if not member.isdir():
-            _drop(files, name)
-        if name in hashes:
-            files[name] = hashes[name]
-        elif member.islnk() and member.linkname.lstrip("./") in hashes:  # hard links point into the same layer
-            files[name] = hashes[member.linkname.lstrip("./")]
+    view.apply(layerwalk.changes(members, where), sha256)
 
 
 def file_hashes(blobs: Path, manifest: dict, prefixes: list[str]) -> dict[str, str]:
     """{path: sha256} of the regular files under `prefixes`, from the layer blobs in `blobs`/<hex>."""
-    files: dict[str, str] = {}
+    view: layerwalk.MergedView[str] = layerwalk.MergedView()
     for layer in manifest["layers"]:
         media = oci_layer_type(layer["mediaType"])
         if media.endswith("+zstd"):
@@ -158,11 +125,11 @@ def file_hashes(blobs: Path, manifest: dict, prefixes: list[str]) -> dict[str, s
         with (blobs / layer["digest"].split(":", 1)[1]).open("rb") as raw:
             reader = _HashingReader(raw)
             with tarfile.open(fileobj=reader, mode="r|gz" if media.endswith("+gzip") else "r|") as tar:
-                apply_layer(files, tar, prefixes)
+                apply_layer(view, tar, prefixes, f"blob {layer['digest']}")
             actual = reader.digest()
         if actual != layer["digest"]:
             raise PullError(f"layer blob {layer['digest']} hashes to {actual}; refusing it")
-    return files
+    return view.paths
 
 
 def _descriptors(manifest: dict, config: dict, where: str) -> list[dict]:
@@ -179,18 +146,18 @@ def _descriptors(manifest: dict, config: dict, where: str) -> list[dict]:
     } for i, (layer, diff_id) in enumerate(zip(manifest["layers"], diff_ids))]
 
 
-def fetch(skopeo: Skopeo, repo: Repository, pinned: str, platform: str, out: Path,
+def fetch(skopeo: registry.Skopeo, repo: registry.Repository, pinned: str, platform: str, out: Path,
           scan: list[str] | None = None) -> dict:
     """Writes the files listed in the module docstring into `out`; returns pin.json's content."""
     try:
-        check_digest(pinned, "the pinned digest")
-    except RefError as err:
+        registry.check_digest(pinned, "the pinned digest")
+    except registry.RefError as err:
         raise PullError(f"{err}; pin bases by digest") from None
     manifest_bytes, manifest_digest = platform_manifest(skopeo, repo, pinned, platform)
     manifest = json.loads(manifest_bytes)
     if manifest.get("schemaVersion") != 2 or "config" not in manifest:
         raise PullError(f"{repo}@{manifest_digest}: not a schema-2 image manifest")
-    config_digest = check_digest(manifest["config"]["digest"], f"{repo}@{manifest_digest} config")
+    config_digest = registry.check_digest(manifest["config"]["digest"], f"{repo}@{manifest_digest} config")
     config_bytes = verified(skopeo.raw_config(repo, manifest_digest), config_digest, f"{repo}@{manifest_digest} config")
     descriptors = _descriptors(manifest, json.loads(config_bytes), f"{repo}@{manifest_digest}")
 
@@ -242,15 +209,16 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     where = f"{args.repository}@{args.digest}"
     try:
-        repo = parse_repository(args.repository)
-        skopeo = Skopeo(policy=args.out / ".pull-policy.json", authfile=args.authfile or default_authfile(),
-                        binary=args.skopeo)
+        repo = registry.parse_repository(args.repository)
+        skopeo = registry.Skopeo(policy=args.out / ".pull-policy.json",
+                                 authfile=args.authfile or default_authfile(), binary=args.skopeo)
         skopeo.write_policy()
         try:
             pin = fetch(skopeo, repo, args.digest, args.platform, args.out, args.scan)
         finally:
             skopeo.policy.unlink(missing_ok=True)
-    except (PullError, RegistryError, RefError, KeyError, ValueError, tarfile.TarError) as err:
+    except (PullError, registry.RegistryError, registry.RefError, LayoutError, KeyError, ValueError,
+            tarfile.TarError) as err:
         print(f"pull: error: {where}: {err}", file=sys.stderr)
         return 1
     kept = "layers read once for files.json, not kept" if args.scan else "no layer blob fetched"

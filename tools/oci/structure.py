@@ -35,29 +35,17 @@ class Node:
     member: str  # member name in that layer's tar
 
 
-def _drop(view: dict[str, Node], path: str, subtree_only: bool = False) -> None:
-    prefix = path + "/" if path else ""
-    for p in [p for p in view if p.startswith(prefix) or (p == path and not subtree_only)]:
-        del view[p]
+def _kind(member: tarfile.TarInfo) -> str:
+    return "file" if member.isreg() else "dir" if member.isdir() else "symlink" if member.issym() else "other"
 
 
 def merged_view(blobs: list[Path]) -> dict[str, Node]:
     """path -> Node of the merged filesystem, whiteouts applied (bottom layer first)."""
-    view: dict[str, Node] = {}
+    view: layerwalk.MergedView[Node] = layerwalk.MergedView()
     for index, blob in enumerate(blobs):
-        for change in layerwalk.read_changes(blob, str(blob)):
-            m = change.member
-            if change.kind == "opaque":
-                _drop(view, change.path, subtree_only=True)
-                continue
-            if change.kind == "whiteout":
-                _drop(view, change.path)
-                continue
-            kind = "file" if m.isreg() else "dir" if m.isdir() else "symlink" if m.issym() else "other"
-            if kind != "dir" and change.path in view and view[change.path].kind == "dir":
-                _drop(view, change.path, subtree_only=True)
-            view[change.path] = Node(index, kind, m.name)
-    return view
+        view.apply(layerwalk.read_changes(blob, str(blob)),
+                   lambda change, index=index: Node(index, _kind(change.member), change.member.name))
+    return view.paths
 
 
 def read_member(blob: Path, member: str) -> bytes:

@@ -29,14 +29,7 @@ from tools.oci.materialize import link_view  # noqa: E402
 from tools.oci.ocilayout import Image, LayoutError, find_layout, parse_blob_args, read_layout  # noqa: E402
 from tools.files import atomic  # noqa: E402
 from tools.release import record as record_lib  # noqa: E402
-from tools.oci.registry import (  # noqa: E402
-    RefError,
-    RegistryError,
-    Repository,
-    Skopeo,
-    check_tag,
-    parse_repository,
-)
+from tools.oci import registry  # noqa: E402
 
 BASE_NAME_LABEL = "org.opencontainers.image.base.name"
 BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
@@ -52,7 +45,7 @@ def default_policy_dir() -> Path:
     return default_cache_root() / "skopeo"
 
 
-def seed_shallow_base(image: Image, repository: Repository, skopeo: Skopeo) -> str | None:
+def seed_shallow_base(image: Image, repository: registry.Repository, skopeo: registry.Skopeo) -> str | None:
     """Copies a shallow base into the destination repository; returns the tag used (or None).
 
     An image built on a shallow-pulled base (--config=prod) has no blobs for the base layers:
@@ -67,8 +60,8 @@ def seed_shallow_base(image: Image, repository: Repository, skopeo: Skopeo) -> s
     if not name or not digest:
         raise PushError(f"{image.layout}: shallow layers but no base name/digest labels to copy them from")
     try:
-        source = parse_repository(name)
-    except RefError as err:
+        source = registry.parse_repository(name)
+    except registry.RefError as err:
         raise PushError(f"base {name!r} of a shallow image is not a registry repository: {err}") from None
     base_tag = "glm53-base-" + digest.split(":", 1)[1][:12]
     if skopeo.manifest_digest(repository, base_tag) != digest:
@@ -77,7 +70,7 @@ def seed_shallow_base(image: Image, repository: Repository, skopeo: Skopeo) -> s
     return base_tag
 
 
-def push_image(image: Image, repository: Repository, tag: str, skopeo: Skopeo) -> str:
+def push_image(image: Image, repository: registry.Repository, tag: str, skopeo: registry.Skopeo) -> str:
     """Pushes byte for byte; returns the digest the registry serves for REPO:TAG, checked."""
     seed_shallow_base(image, repository, skopeo)
     with tempfile.TemporaryDirectory(prefix="push.") as tmp:
@@ -96,9 +89,9 @@ def push_image(image: Image, repository: Repository, tag: str, skopeo: Skopeo) -
 
 def push(args: argparse.Namespace) -> int:
     try:
-        repository = parse_repository(args.repository)
-        tag = check_tag(args.tag)
-    except RefError as err:
+        repository = registry.parse_repository(args.repository)
+        tag = registry.check_tag(args.tag)
+    except registry.RefError as err:
         raise PushError(str(err)) from None
     facts = record_lib.Facts.load(args.facts)
     built = record_lib.read_built_digest(args.digest_file)
@@ -126,7 +119,7 @@ def push(args: argparse.Namespace) -> int:
     authfile = args.authfile
     if authfile is not None and not authfile.is_absolute() and os.environ.get("BUILD_WORKING_DIRECTORY"):
         authfile = Path(os.environ["BUILD_WORKING_DIRECTORY"]) / authfile  # typed after `bazel run --`
-    skopeo = Skopeo(policy=args.policy_dir / "policy.json", authfile=authfile)
+    skopeo = registry.Skopeo(policy=args.policy_dir / "policy.json", authfile=authfile)
     skopeo.write_policy()
     current = skopeo.manifest_digest(repository, tag)
     if current is not None and current != built and not args.allow_tag_move:
@@ -172,7 +165,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         return push(args)
-    except (PushError, record_lib.RecordError, RegistryError, LayoutError, RefError) as err:
+    except (PushError, record_lib.RecordError, registry.RegistryError, LayoutError, registry.RefError) as err:
         print(f"push: error: {err}", file=sys.stderr)
         return 1
 

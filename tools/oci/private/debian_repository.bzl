@@ -56,8 +56,9 @@ def _debian_packages_impl(rctx):
         # drift) carry it into the action key and the record.
         # buildifier: disable=print
         print(("WARNING: {lock}: {n} locked version(s) are on no mirror; using the archive's current ones: {moved}.{notes} " +
-               "Relock with `./tools/bazel run //recipes/bases:lock`; release builds (--config=release) refuse this.").format(
+               "Relock with `{relock}`; release builds (--config=release) refuse this.").format(
             lock = lock_name,
+            relock = resolved["relock"],
             n = len(resolved["drift"]),
             moved = ", ".join(["{} {} -> {}".format(d["name"], d["locked"], d["used"]) for d in resolved["drift"]]),
             notes = (" Not in the lock: " + "; ".join(resolved["notes"]) + ".") if resolved["notes"] else "",

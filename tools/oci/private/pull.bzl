@@ -9,7 +9,9 @@ load(":providers.bzl", "OciImageInfo", "OciLayerInfo")
 # Everything pull.py imports: the fetch re-runs when one of them changes.
 _PROGRAM = [
     Label("//tools/oci:pull.py"),
+    Label("//tools/oci:layerwalk.py"),
     Label("//tools/oci:registry.py"),
+    Label("//tools/oci:reference.py"),
     Label("//tools/oci:ocilayout.py"),
     Label("//tools/oci:mediatypes.py"),
 ]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.oci.debian import Archive, Lock, Pin
+from tools.oci.debian import Archive, Lock, Pin, relock_command
 from tools.oci.tests.debfixture import build_deb, packages_index
 
 OCI = Path(__file__).resolve().parents[1]
@@ -91,7 +91,8 @@ def workspace(tmp: Path, mirror_url: str, pins: list[Pin]) -> Path:
                                   'debian_packages(name = "fake_debs", lock = "//:fake.lock")\n')
     # The first mirror has nothing: every download falls through to the second.
     archive = Archive("debian", ("bookworm",), (f"{mirror_url}/empty", f"{mirror_url}/debian"))
-    (ws / "fake.lock").write_text(Lock(("hello", "world"), (), (archive,), tuple(pins)).render())
+    (ws / "fake.lock").write_text(Lock(("hello", "world"), (), (archive,), tuple(pins),
+                                       relock=relock_command("//:fake_lock")).render())
     return ws
 
 
@@ -116,7 +117,7 @@ def test_locked_debs_come_from_the_mirrors_and_drift_is_resolved_once(tmp_path: 
     proc = bazel(workspace(run, server.url, locked), run, server.truststore)
     assert proc.returncode == 0, proc.stdout
     assert proc.stdout.count("WARNING: fake.lock: 1 locked version(s) are on no mirror") == 1, proc.stdout
-    assert "world 2.0-1 -> 2.0-2" in proc.stdout and "./tools/bazel run //recipes/bases:lock" in proc.stdout
+    assert "world 2.0-1 -> 2.0-2" in proc.stdout and "Relock with `./tools/bazel run //:fake_lock`" in proc.stdout
     got = resolved(run)
     assert got.source == "fake.lock"
     assert [(d.name, d.locked, d.used) for d in got.drift] == [("world", "2.0-1", "2.0-2")]

@@ -105,3 +105,12 @@ def test_skopeo_accepts_thin_and_full_layouts(tmp_path: Path, tool) -> None:
     assert (tmp_path / "copy" / "index.json").exists()
     copied = json.loads((tmp_path / "copy" / "index.json").read_text())["manifests"][0]["digest"]
     assert copied == digest
+
+
+@pytest.mark.parametrize("value", ["sha256:abc", "sha256:" + "A" * 64, "sha512:" + "0" * 64,
+                                   "sha256:" + "0" * 64 + "\n", None, 64])
+def test_layout_digests_follow_the_one_digest_grammar(value) -> None:
+    # ocilayout reports reference.py's grammar error as a LayoutError, whatever the value's type.
+    with pytest.raises(ocilayout.LayoutError, match=r"layer.json: .* is not sha256:<64 lowercase hex>"):
+        ocilayout.LayerDescriptor.from_json({"mediaType": ocilayout.MEDIA_LAYER, "digest": value, "size": 1,
+                                             "diff_id": "sha256:" + "0" * 64}, "layer.json")

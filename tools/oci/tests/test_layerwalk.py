@@ -42,3 +42,11 @@ def test_entries_escaping_the_root_are_refused(tmp_path: Path) -> None:
     bad = tar(tmp_path / "bad.tar", ["../etc/passwd"])
     with pytest.raises(layerwalk.LayerPathError, match="escapes the root"):
         layerwalk.read_changes(bad, "bad")
+
+
+def test_a_file_replaces_a_directory_and_a_directory_merges(tmp_path: Path) -> None:
+    lower = tar(tmp_path / "lower.tar", ["a/", "a/b", "c/", "c/d"])
+    upper = tar(tmp_path / "upper.tar", ["a", "c/", "c/e"])
+    view = merged_view([lower, upper])
+    assert sorted(view) == ["a", "c", "c/d", "c/e"]
+    assert (view["a"].kind, view["a"].layer, view["c"].layer) == ("file", 1, 1)

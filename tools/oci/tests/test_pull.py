@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.oci import pull
+from tools.oci import layerwalk, pull
 from tools.oci.registry import RegistryError
 from tools.oci.testing.local_registry import LocalRegistry
 from tools.podman.tests.host_image import layer_of, whiteout, write_layout, write_tree
@@ -179,12 +179,59 @@ def _tar(*entries: tuple[str, bytes | None]) -> tarfile.TarFile:
     return tarfile.open(fileobj=buf, mode="r|")
 
 
+def _view(files: dict[str, str]) -> layerwalk.MergedView[str]:
+    view: layerwalk.MergedView[str] = layerwalk.MergedView()
+    for path, sha in files.items():
+        view.apply([layerwalk.Change("entry", path, tarfile.TarInfo(path))], lambda _c, sha=sha: sha)
+    return view
+
+
 def test_whiteouts_apply_to_lower_layers_only_whatever_their_order() -> None:
-    files = {"p/old.py": _sha(b"old"), "p/gone.py": _sha(b"gone")}
+    view = _view({"p/old.py": _sha(b"old"), "p/gone.py": _sha(b"gone")})
     # The opaque marker after the same layer's new file: the new file stays, the lower ones go.
-    pull.apply_layer(files, _tar(("p", None), ("p/new.py", b"new"), ("p/.wh..wh..opq", b"")), ["p"])
-    assert files == {"p/new.py": _sha(b"new")}
+    pull.apply_layer(view, _tar(("p", None), ("p/new.py", b"new"), ("p/.wh..wh..opq", b"")), ["p"], "l2")
+    assert view.paths == {"p/new.py": _sha(b"new")}
     # A file replacing a directory removes what was below it.
-    files = {"p/d/x.py": _sha(b"x")}
-    pull.apply_layer(files, _tar(("p/d", b"now a file")), ["p"])
-    assert files == {"p/d": _sha(b"now a file")}
+    view = _view({"p/d/x.py": _sha(b"x")})
+    pull.apply_layer(view, _tar(("p/d", b"now a file")), ["p"], "l2")
+    assert view.paths == {"p/d": _sha(b"now a file")}
+
+
+def test_root_whiteouts_dotted_names_and_replaced_files() -> None:
+    """The cases the shallow pull's own whiteout reader got wrong (it stripped every leading
+    '.' and '/' from member names, and only knew opaque markers below the root)."""
+    lower = {"etc/x": _sha(b"x"), "p.py": _sha(b"p"), ".hidden": _sha(b"h"), "d": _sha(b"file")}
+    view = _view(lower)
+    # An opaque marker at the root hides every lower path.
+    pull.apply_layer(view, _tar(("./.wh..wh..opq", b""), ("./new", b"n")), ["etc", "p.py", ".hidden", "new"], "l2")
+    assert view.paths == {"new": _sha(b"n")}
+    view = _view(lower)
+    # `./.wh.p.py` deletes p.py (not a file named "wh.p.py"); `./.hidden` keeps its dot.
+    pull.apply_layer(view, _tar(("./.wh.p.py", b""), ("./.hidden", b"h2")), ["etc", "p.py", ".hidden"], "l2")
+    assert view.paths == {"etc/x": _sha(b"x"), ".hidden": _sha(b"h2"), "d": _sha(b"file")}
+    view = _view(lower)
+    # A directory replacing a lower file: the file is gone.
+    pull.apply_layer(view, _tar(("d", None), ("d/y", b"y")), ["d"], "l2")
+    assert view.paths == {"etc/x": _sha(b"x"), "p.py": _sha(b"p"), ".hidden": _sha(b"h"), "d/y": _sha(b"y")}
+
+
+def test_hard_links_take_their_targets_hash_under_the_prefixes_only() -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        data = b"shared"
+        info = tarfile.TarInfo("p/a.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        for name in ("p/b.py", "q/c.py"):
+            link = tarfile.TarInfo(name)
+            link.type, link.linkname = tarfile.LNKTYPE, "./p/a.py"
+            tar.addfile(link)
+    buf.seek(0)
+    view = _view({})
+    pull.apply_layer(view, tarfile.open(fileobj=buf, mode="r|"), ["p"], "l1")
+    assert view.paths == {"p/a.py": _sha(b"shared"), "p/b.py": _sha(b"shared")}
+
+
+def test_entries_escaping_the_root_are_refused() -> None:
+    with pytest.raises(layerwalk.LayerPathError, match="escapes the root"):
+        pull.apply_layer(_view({}), _tar(("p/../../etc/passwd", b"x")), ["p"], "l1")
