@@ -1,9 +1,9 @@
 """The patch layer of an engine image, and the per-patch labels, from a verified patch chain.
 
 The layer holds only what the chain produced, so it is the same bytes on every base:
-  <site>/sglang/...                    the patched files (and unchecked-hash .pyc for them:
-                                       the CPU base ships unchecked .pyc of the stock files,
-                                       which would otherwise shadow the patched sources)
+  <site>/sglang/...                    the patched files (and unchecked-hash .pyc for them, from
+                                       patch_pyc.py: the CPU base ships unchecked .pyc of the
+                                       stock files, which would otherwise shadow the patched sources)
   <site>/sglang/.../.wh.<name>         whiteouts for files the chain deletes (and their .pyc)
   <recipe dir>/                        series.json (resolved declaration), PROVENANCE,
                                        PROVENANCE.json, patches.json, tests/<series>/...
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -27,12 +27,12 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.oci import ocitar, pycompile  # noqa: E402
+from tools.engine.patch_pyc import PYC_TAG  # noqa: E402
+from tools.oci import ocitar  # noqa: E402
 from tools.oci.layer import contents  # noqa: E402
 from tools.oci.ocilayout import LayerDescriptor, write_canonical  # noqa: E402
 
 LABEL_PREFIX = "ai.glm53.patch."
-PYC_TAG = "cpython-311"
 
 
 class PatchLayerError(Exception):
@@ -99,39 +99,63 @@ def test_destination(short_path: str) -> str:
     return "tests/" + "/".join(parts)
 
 
+def _files(root: Path, prefix: str) -> list[ocitar.Entry]:
+    """The files below `root` as 0644 entries under `prefix` (write_layer adds their parents).
+    Bazel may stage them as symlinks: the entries hold what the links point at."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames:
+            if Path(dirpath, name).is_symlink():
+                raise PatchLayerError(f"{Path(dirpath, name)} is a symlinked directory; the chain's outputs are plain files")
+        for name in filenames:
+            host = Path(dirpath, name)
+            if not host.is_file():
+                raise PatchLayerError(f"{host} is not a regular file; the chain's outputs are plain files")
+            out.append(ocitar.Entry(f"{prefix}/{host.relative_to(root).as_posix()}", "file", ocitar.FILE_MODE, src=host))
+    return out
+
+
+def _check_pyc(patched: Path, pyc: Path) -> None:
+    """Every patched .py has its .pyc: without it the base's stock bytecode would run."""
+    for source in patched.rglob("*.py"):
+        rel = source.relative_to(patched)
+        if not (pyc / rel.parent / "__pycache__" / f"{rel.stem}.{PYC_TAG}.pyc").is_file():
+            raise PatchLayerError(f"{pyc} holds no .pyc of {rel}; pass patch_pyc.py's output for {patched}")
+
+
 def build(args: argparse.Namespace) -> None:
     declaration = json.loads(args.declaration.read_text())
     provenance = json.loads(args.provenance_json.read_text())
     table = patch_table(declaration)
     site = ocitar.normalise_path(args.site)
     recipe_dir = ocitar.normalise_path(args.recipe_dir)
+    if not (args.patched / "sglang").is_dir():
+        raise PatchLayerError(f"{args.patched} holds no sglang/ directory; is it a patch_chain's `patched` output?")
+    _check_pyc(args.patched, args.pyc)
+    # patches.json is an output too: the layer takes its bytes from there.
+    write_canonical(args.out_patches, table)
     with tempfile.TemporaryDirectory(prefix="patch-layer-") as tmp:
-        root = Path(tmp)
-        shutil.copytree(args.patched, root / site, symlinks=False, dirs_exist_ok=True)
-        if not (root / site / "sglang").is_dir():
-            raise PatchLayerError(f"{args.patched} holds no sglang/ directory; is it a patch_chain's `patched` output?")
-        pycompile.compile_tree(root, [f"{site}/sglang"], workers=1)
+        empty = Path(tmp, "whiteout")
+        empty.write_bytes(b"")
+        entries = _files(args.patched, site) + _files(args.pyc, site)
         for rel in provenance.get("deleted", []):
             d, _, name = f"{site}/{rel}".rpartition("/")
-            (root / d).mkdir(parents=True, exist_ok=True)
-            (root / d / f".wh.{name}").write_bytes(b"")
+            entries.append(ocitar.Entry(f"{d}/.wh.{name}", "file", ocitar.FILE_MODE, src=empty))
             if name.endswith(".py"):
-                (root / d / "__pycache__").mkdir(exist_ok=True)
-                (root / d / "__pycache__" / f".wh.{name[:-3]}.{PYC_TAG}.pyc").write_bytes(b"")
-        rd = root / recipe_dir
-        rd.mkdir(parents=True)
-        shutil.copyfile(args.declaration, rd / "series.json")
-        shutil.copyfile(args.provenance_json, rd / "PROVENANCE.json")
-        shutil.copyfile(args.provenance_text, rd / "PROVENANCE")
-        write_canonical(rd / "patches.json", table)
+                entries.append(ocitar.Entry(f"{d}/__pycache__/.wh.{name[:-3]}.{PYC_TAG}.pyc", "file",
+                                            ocitar.FILE_MODE, src=empty))
+        recipe_files = [("series.json", args.declaration), ("PROVENANCE.json", args.provenance_json),
+                        ("PROVENANCE", args.provenance_text), ("patches.json", args.out_patches)]
+        tests = set()
         for item in args.test:
             src, _, short = item.partition("=")
-            dst = rd / test_destination(short)
-            if dst.exists():
-                raise PatchLayerError(f"two test files map to {dst.relative_to(root)}")
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, dst)
-        entries = list(ocitar.walk_tree(root, file_mode=ocitar.FILE_MODE))
+            dst = test_destination(short)
+            if dst in tests:
+                raise PatchLayerError(f"two test files map to {recipe_dir}/{dst}")
+            tests.add(dst)
+            recipe_files.append((dst, Path(src)))
+        entries += [ocitar.Entry(f"{recipe_dir}/{dst}", "file", ocitar.FILE_MODE, src=src) for dst, src in recipe_files]
+        entries = ocitar.with_parents(entries)
         digest = ocitar.write_layer(entries, args.out)
         layer_contents = contents(entries)
     desc = LayerDescriptor.uncompressed(
@@ -139,7 +163,6 @@ def build(args: argparse.Namespace) -> None:
         f"patch layer: series {declaration.get('series')} ({len(table)} patches), recipe {args.recipe}")
     desc.write(args.out_descriptor)
     args.out_digest.write_text(digest.digest + "\n")
-    write_canonical(args.out_patches, table)
     args.out_labels.write_text("".join(line + "\n" for line in labels(table)))
     manifest = {
         "kind": "patch-layer",
@@ -159,6 +182,7 @@ def build(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--patched", type=Path, required=True, help="PatchChainInfo.patched (holds sglang/...)")
+    p.add_argument("--pyc", type=Path, required=True, help="patch_pyc.py's output for --patched (sglang/.../__pycache__)")
     p.add_argument("--declaration", type=Path, required=True, help="PatchChainInfo.declaration")
     p.add_argument("--provenance-json", type=Path, required=True)
     p.add_argument("--provenance-text", type=Path, required=True)
@@ -176,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         build(args)
-    except (PatchLayerError, ocitar.LayerError, pycompile.CompileError, OSError, KeyError, json.JSONDecodeError) as e:
+    except (PatchLayerError, ocitar.LayerError, OSError, KeyError, json.JSONDecodeError) as e:
         print(f"patch_layer.py: error: {e!r}", file=sys.stderr)
         return 1
     return 0

@@ -17,7 +17,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.engine.patch_layer import PYC_TAG  # noqa: E402
+from tools.engine.patch_pyc import PYC_TAG  # noqa: E402
 from tools.oci import structure  # noqa: E402
 from tools.oci.structure import Checker, Node  # noqa: E402
 

@@ -4,7 +4,7 @@
 
     patch_series(name = "v1_series", declaration = "v1/series.json", patches = glob(["v1/*.diff"]))
     patch_series(name = "v2_series", declaration = "v2/series.json", patches = glob(["v2/*.diff"]), extends = ":v1_series")
-    patch_chain(name = "v2", series = ":v2_series")   # base = "@sglang_src_0_5_19//:tree"
+    patch_chain(name = "v2", series = ":v2_series")   # base = "@sglang_src_0_5_19//:wheel.zip"
     patch_rehash(name = "rehash")                       # bazel run //patches:rehash -- v2 [--write]
     chain_base_files(name = "v2_base", chain = ":v2", site = "usr/lib/python3/dist-packages", fix = "...")
                                                         # for oci_pull(expect = ...): what a base must hold
@@ -26,8 +26,8 @@ PatchSeriesInfo = _PatchSeriesInfo
 patch_series = _patch_series
 chain_base_files = _chain_base_files
 
-def patch_chain(name, series, base = "@sglang_src_0_5_19//:tree", **kwargs):
-    """The verified, applied series `series` (a patch_series label) on `base`.
+def patch_chain(name, series, base = "@sglang_src_0_5_19//:wheel.zip", **kwargs):
+    """The verified, applied series `series` (a patch_series label) on `base` (the declared wheel).
 
     Provides PatchChainInfo and DefaultInfo with the patched directory, PROVENANCE.json,
     PROVENANCE and the resolved declaration.

@@ -18,8 +18,26 @@ def _engine_patch_layer_impl(ctx):
     digest = ctx.actions.declare_file(name + ".digest")
     patches = ctx.actions.declare_file(name + ".patches.json")
     labels = ctx.actions.declare_file(name + ".labels")
+
+    # Its own action, keyed on the patched files and `site` only: an edit that leaves the
+    # patched bytes alone (a patch's description, a declaration field) reuses the cached .pyc.
+    pyc = ctx.actions.declare_directory(name + ".pyc")
+    pyc_args = ctx.actions.args()
+    pyc_args.add("--patched", chain.patched.path)
+    pyc_args.add("--site", ctx.attr.site)
+    pyc_args.add("--out", pyc.path)
+    ctx.actions.run(
+        executable = ctx.executable._patch_pyc,
+        arguments = [pyc_args],
+        inputs = [chain.patched],
+        outputs = [pyc],
+        mnemonic = "OciPatchPyc",
+        progress_message = "Compiling the patched files of series %s for %s" % (chain.series, ctx.attr.site),
+    )
+
     args = ctx.actions.args()
     args.add("--patched", chain.patched.path)
+    args.add("--pyc", pyc.path)
     args.add("--declaration", chain.declaration)
     args.add("--provenance-json", chain.provenance_json)
     args.add("--provenance-text", chain.provenance_text)
@@ -38,7 +56,7 @@ def _engine_patch_layer_impl(ctx):
     ctx.actions.run(
         executable = ctx.executable._patch_layer,
         arguments = [args],
-        inputs = [chain.patched, chain.declaration, chain.provenance_json, chain.provenance_text] + ctx.files.tests,
+        inputs = [chain.patched, pyc, chain.declaration, chain.provenance_json, chain.provenance_text] + ctx.files.tests,
         outputs = outputs,
         mnemonic = "OciPatchLayer",
         progress_message = "Writing the patch layer of series %s for %s" % (chain.series, ctx.attr.recipe),
@@ -66,6 +84,7 @@ bytes (and digest) on the CPU base and on the production base.""",
         "recipe": attr.string(mandatory = True),
         "site": attr.string(default = "/usr/lib/python3/dist-packages"),
         "_patch_layer": attr.label(default = "//tools/engine:patch_layer", executable = True, cfg = "exec"),
+        "_patch_pyc": attr.label(default = "//tools/engine:patch_pyc", executable = True, cfg = "exec"),
     },
 )
 

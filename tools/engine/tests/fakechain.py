@@ -53,8 +53,9 @@ def make_chain(root: Path, patched_text: str = PATCHED, after: str | None = None
 
 def build_patch_layer(tool, chain: FakeChain, out: Path, recipe: str = "glm53_v3") -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
-    paths = {k: out / f"patch_layer.{k}" for k in ("tar", "descriptor", "digest", "contents", "patches", "labels")}
-    args = ["--patched", str(chain.patched), "--declaration", str(chain.declaration),
+    paths = {k: out / f"patch_layer.{k}" for k in ("tar", "descriptor", "digest", "contents", "patches", "labels", "pyc")}
+    tool("patch_pyc", "--patched", str(chain.patched), "--site", "/usr/lib/python3/dist-packages", "--out", str(paths["pyc"]))
+    args = ["--patched", str(chain.patched), "--pyc", str(paths["pyc"]), "--declaration", str(chain.declaration),
             "--provenance-json", str(chain.provenance_json), "--provenance-text", str(chain.provenance_text),
             "--recipe", recipe, "--recipe-dir", f"/usr/share/glm53-engine/{recipe}", "--out", str(paths["tar"]), "--out-descriptor", str(paths["descriptor"]),
             "--out-digest", str(paths["digest"]), "--out-contents", str(paths["contents"]),

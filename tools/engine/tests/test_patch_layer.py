@@ -57,8 +57,27 @@ def test_missing_sglang_dir_is_an_error(tmp_path: Path, tool) -> None:
     (chain.patched / "sglang").rename(chain.patched / "other")
     out = tmp_path / "o"
     out.mkdir()
-    proc = tool("patch_layer", "--patched", str(chain.patched), "--declaration", str(chain.declaration),
+    proc = tool("patch_layer", "--patched", str(chain.patched), "--pyc", str(out / "pyc"), "--declaration", str(chain.declaration),
                 "--provenance-json", str(chain.provenance_json), "--provenance-text", str(chain.provenance_text),
                 "--recipe", "r", "--recipe-dir", "/usr/share/glm53-engine/r", "--out", str(out / "t"), "--out-descriptor", str(out / "d"), "--out-digest", str(out / "g"),
                 "--out-contents", str(out / "m"), "--out-patches", str(out / "p"), "--out-labels", str(out / "l"), check=False)
     assert proc.returncode == 1 and "holds no sglang/ directory" in proc.stderr
+
+
+def test_a_patched_file_without_bytecode_is_an_error(tmp_path: Path, tool) -> None:
+    # Without its .pyc the base's stock bytecode would run instead of the patch.
+    chain = make_chain(tmp_path / "c", patched_text="def f(:\n")
+    proc = tool("patch_pyc", "--patched", str(chain.patched), "--site", SITE, "--out", str(tmp_path / "pyc"), check=False)
+    assert proc.returncode == 1
+    assert f"{chain.patched}/sglang/srt/x.py does not compile" in proc.stderr
+
+
+def test_a_patched_file_without_its_pyc_is_refused(tmp_path: Path, tool) -> None:
+    chain = make_chain(tmp_path / "c")
+    out = tmp_path / "o"
+    (out / "pyc").mkdir(parents=True)
+    proc = tool("patch_layer", "--patched", str(chain.patched), "--pyc", str(out / "pyc"), "--declaration", str(chain.declaration),
+                "--provenance-json", str(chain.provenance_json), "--provenance-text", str(chain.provenance_text),
+                "--recipe", "r", "--recipe-dir", "/usr/share/glm53-engine/r", "--out", str(out / "t"), "--out-descriptor", str(out / "d"), "--out-digest", str(out / "g"),
+                "--out-contents", str(out / "m"), "--out-patches", str(out / "p"), "--out-labels", str(out / "l"), check=False)
+    assert proc.returncode == 1 and "holds no .pyc of sglang/srt/x.py" in proc.stderr

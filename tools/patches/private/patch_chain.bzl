@@ -45,17 +45,6 @@ patch_series = rule(
     },
 )
 
-def _package_root(files):
-    """The directory holding sglang/ among the base tree's files."""
-    markers = [f for f in files if f.path.endswith("sglang/__init__.py") and (f.path == "sglang/__init__.py" or f.path.endswith("/sglang/__init__.py"))]
-    if not markers:
-        fail("the base must contain sglang/__init__.py")
-    marker = markers[0]
-    for f in markers:
-        if len(f.path) < len(marker.path):
-            marker = f
-    return marker.dirname.rpartition("/")[0] or "."
-
 def _patch_chain_impl(ctx):
     series = ctx.attr.series[PatchSeriesInfo]
     prefix = ctx.label.name + "/"
@@ -63,15 +52,14 @@ def _patch_chain_impl(ctx):
     provenance_json = ctx.actions.declare_file(prefix + "PROVENANCE.json")
     provenance_text = ctx.actions.declare_file(prefix + "PROVENANCE")
     declaration = ctx.actions.declare_file(prefix + "series.resolved.json")
-    base = ctx.files.base
+    wheel = ctx.file.base
     leaf = series.declarations[-1]
 
     args = ctx.actions.args()
     args.add("--patches-dir", leaf.dirname.rpartition("/")[0] or ".")
     args.add("--series", series.name)
-    args.add("--base-root", _package_root(base))
+    args.add("--base-wheel", wheel)
     args.add("--base-layout", "package")
-    args.add("--allow-input-symlinks")
     args.add("--quiet")
     args.add("--out-dir", patched.path)
     args.add("--provenance-json", provenance_json)
@@ -83,7 +71,8 @@ def _patch_chain_impl(ctx):
     ctx.actions.run(
         executable = ctx.executable._applier,
         arguments = [args],
-        inputs = depset(series.declarations + series.patches, transitive = [depset(base)]),
+        # The wheel itself, not its unpacked tree: one input to stage instead of thousands.
+        inputs = series.declarations + series.patches + [wheel],
         outputs = [patched, provenance_json, provenance_text, declaration],
         mnemonic = "PatchChain",
         progress_message = "Verifying and applying patch series %s (%d patches)" % (series.name, len(series.patches)),
@@ -103,13 +92,13 @@ def _patch_chain_impl(ctx):
 
 patch_chain = rule(
     implementation = _patch_chain_impl,
-    doc = """Verifies and applies a patch series to the SGLang base in one action.
+    doc = """Verifies and applies a patch series to the SGLang base (its wheel) in one action.
 
 Outputs <name>/patched (only the touched files, sglang/...), <name>/PROVENANCE.json,
 <name>/PROVENANCE and <name>/series.resolved.json.""",
     attrs = {
         "series": attr.label(providers = [PatchSeriesInfo], mandatory = True),
-        "base": attr.label(default = "@sglang_src_0_5_19//:tree", allow_files = True, doc = "files of the package root (holding sglang/)"),
+        "base": attr.label(default = "@sglang_src_0_5_19//:wheel.zip", allow_single_file = [".zip", ".whl"], doc = "the wheel the root series declares as its base (sglang/ at its root)"),
         "_applier": attr.label(default = "//tools/patches/private:apply", executable = True, cfg = "exec"),
     },
 )

@@ -6,7 +6,8 @@ Used by the patch_chain Bazel rule (one action) and usable by hand, e.g. against
       --base-root ~/src/sglang --base-layout git --out-dir /tmp/v3 \
       --provenance-json /tmp/v3.json --provenance-text /tmp/v3.txt
 
-or against an installed package (--base-root .../site-packages --base-layout package).
+or against an installed package (--base-root .../site-packages --base-layout package), or against
+the wheel itself (--base-wheel, see wheel.py; what the rule passes).
 Exit status 1 with a message naming the patch, hunk, file, hashes and fix on any bad input;
 nothing is written then.
 """
@@ -23,6 +24,7 @@ from .declaration import DECLARATION_NAME, load_chain
 from .errors import DeclarationError, PatchChainError, Where
 from .layout import LAYOUTS, SourceTree
 from .output import write_outputs
+from .wheel import WheelTree, check_wheel
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -58,7 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--patches-dir", type=Path, required=True, help="directory holding <series>/series.json")
     ap.add_argument("--series", required=True, help="the series to apply (its parents come first)")
-    ap.add_argument("--base-root", type=Path, required=True, help="the tree the patches apply to")
+    base = ap.add_mutually_exclusive_group(required=True)
+    base.add_argument("--base-root", type=Path, help="the tree the patches apply to")
+    base.add_argument("--base-wheel", type=Path,
+                      help="the wheel the root series declares, read in place (layout package); its sha256 is checked")
     ap.add_argument("--base-layout", choices=LAYOUTS, default="package",
                     help="package: the root holds sglang/ (wheel, site-packages); git: it holds python/sglang/")
     ap.add_argument("--allow-input-symlinks", action="store_true",
@@ -74,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="verify only; write nothing")
     ap.add_argument("--quiet", action="store_true", help="print nothing on success (Bazel actions)")
     args = ap.parse_args(argv)
+    if args.base_wheel and args.base_layout != "package":
+        ap.error("a wheel holds sglang/ at its root: --base-wheel takes --base-layout package")
     if not args.check and not (args.out_dir and args.provenance_json and args.provenance_text):
         ap.error("--out-dir, --provenance-json and --provenance-text are required unless --check")
     try:
@@ -81,7 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.expect_declaration or args.expect_patch:
             check_inputs(chain, args.expect_declaration, args.expect_patch)
         patch_bytes = read_patch_files(chain)
-        tree = SourceTree(args.base_root, args.base_layout, args.allow_input_symlinks)
+        if args.base_wheel:
+            check_wheel(args.base_wheel, chain.base)
+            tree = WheelTree(args.base_wheel)
+        else:
+            tree = SourceTree(args.base_root, args.base_layout, args.allow_input_symlinks)
         tree.check_root()
         result = apply_chain(chain, tree, patch_bytes)
         if not args.check:

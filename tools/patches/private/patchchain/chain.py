@@ -8,17 +8,14 @@ Order of checks (each fails before any output exists):
      of the previous patch touching that file; identity pins equal the base;
   5. the patches apply in order, each to the tree the previous ones left, hunks exactly at the
      declared offsets; after each patch the touched files' sha256 equal the declared after;
-  6. every touched Python file parses (ast) and compiles (py_compile).
+  6. every touched Python file parses and compiles (as py_compile would).
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
-import py_compile
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 from .apply import apply_file
 from .declaration import Chain, FileStep, PatchDecl
@@ -35,7 +32,7 @@ from .errors import (
     UndeclaredOperationError,
     Where,
 )
-from .layout import SourceTree
+from .layout import BaseTree
 
 REHASH = "bazel run //patches:rehash -- {series}"
 
@@ -71,7 +68,7 @@ class ChainResult:
 class _Tree:
     """The base overlaid with what the patches applied so far produced."""
 
-    def __init__(self, base: SourceTree) -> None:
+    def __init__(self, base: BaseTree) -> None:
         self.base = base
         self.overlay: dict[str, bytes | None] = {}
         self.base_hashes: dict[str, str | None] = {}
@@ -241,26 +238,30 @@ def _check_declared_chain(chain: Chain, tree: _Tree) -> None:
             )
 
 
-def _compile(path: str, data: bytes, last: PatchDecl, scratch: Path) -> None:
+def _compile(path: str, data: bytes, last: PatchDecl) -> None:
+    """Compiles as py_compile would (one parse and code generation); only a failure is parsed
+    again, to tell a syntax error from one the compiler finds (e.g. `return` outside a function)."""
     where = Where(patch=last.name, file=path, fix="fix the patch so the file is valid Python; then "
                   f"`{REHASH.format(series=last.series)}`")
     try:
-        ast.parse(data, filename=path)
-    except SyntaxError as e:
-        where.details.append(f"line {e.lineno}: {e.msg}")
-        raise CompileError("patched file does not parse", where) from None
-    src = scratch / "src.py"
-    src.write_bytes(data)
-    try:
-        py_compile.compile(str(src), cfile=str(scratch / "src.pyc"), dfile=path, doraise=True)
-    except py_compile.PyCompileError as e:
-        where.details.append(e.msg.strip().splitlines()[-1])
+        compile(data, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        try:
+            ast.parse(data, filename=path)
+        except (SyntaxError, ValueError) as parse_error:
+            where.details.append(_compile_detail(parse_error))
+            raise CompileError("patched file does not parse", where) from None
+        where.details.append(_compile_detail(e))
         raise CompileError("patched file does not compile", where) from None
+
+
+def _compile_detail(e: Exception) -> str:
+    return f"line {e.lineno}: {e.msg}" if isinstance(e, SyntaxError) else str(e)
 
 
 def apply_chain(
     chain: Chain,
-    base: SourceTree,
+    base: BaseTree,
     patch_bytes: dict[str, bytes],
     *,
     observe: str | None = None,
@@ -320,8 +321,7 @@ def apply_chain(
             last_patch[path] = p
 
     final = dict(sorted(tree.overlay.items()))
-    with tempfile.TemporaryDirectory(prefix="patchchain-compile-") as scratch:
-        for path, data in final.items():
-            if data is not None and path.endswith(".py"):
-                _compile(path, data, last_patch[path], Path(scratch))
+    for path, data in final.items():
+        if data is not None and path.endswith(".py"):
+            _compile(path, data, last_patch[path])
     return ChainResult(chain, tuple(steps), dict(sorted(tree.base_hashes.items())), final)

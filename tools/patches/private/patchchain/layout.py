@@ -12,6 +12,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from .errors import PathOutsideRootError, Where
 
@@ -51,6 +52,14 @@ def check_manifest_path(path: str, where: Where) -> str:
 def package_path(path: str) -> str:
     """python/sglang/srt/x.py -> sglang/srt/x.py (the path inside a package root)."""
     return PACKAGE_DIR + path[len(GIT_SOURCE_ROOT):]
+
+
+class BaseTree(Protocol):
+    """What the chain reads a base through: SourceTree (a directory) or wheel.WheelTree."""
+
+    def check_root(self) -> None: ...
+
+    def read(self, path: str, where: Where) -> bytes | None: ...
 
 
 @dataclass(frozen=True)

@@ -125,9 +125,33 @@ class Synth:
     def save_declaration(self, name: str, doc: dict[str, Any]) -> None:
         (self.patches / name / "series.json").write_text(dump_json(doc))
 
-    def apply(self, series: str, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
+    def wheel(self, members: dict[str, bytes] | None = None) -> Path:
+        """base/ as a wheel (deflated, with directory entries, as pip-built wheels are), plus
+        `members`; the root series' base pin is set to its sha256."""
+        import hashlib
+        import zipfile
+
+        path = self.tmp / "base.whl"
+        files = {p.relative_to(self.base).as_posix(): p.read_bytes() for p in sorted(self.base.rglob("*")) if p.is_file()}
+        files.update(members or {})
+        dirs = sorted({name.rsplit("/", n)[0] + "/" for name in files for n in range(1, name.count("/") + 1)})
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as whl:
+            for d in dirs:
+                whl.writestr(d, b"")
+            for name, data in files.items():
+                whl.writestr(name, data)
+        for name in sorted(d.parent.name for d in self.patches.glob("*/series.json")):
+            doc = self.declaration(name)
+            if "base" in doc:
+                doc["base"]["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+                self.save_declaration(name, doc)
+        return path
+
+    def apply(self, series: str, capsys: pytest.CaptureFixture[str], *extra: str,
+              wheel: Path | None = None) -> tuple[int, str]:
+        base = ["--base-wheel", str(wheel)] if wheel else ["--base-root", str(self.base)]
         rc = apply_main.main([
-            "--patches-dir", str(self.patches), "--series", series, "--base-root", str(self.base),
+            "--patches-dir", str(self.patches), "--series", series, *base,
             "--out-dir", str(self.out / "patched"), "--provenance-json", str(self.out / "PROVENANCE.json"),
             "--provenance-text", str(self.out / "PROVENANCE"), "--declaration-out", str(self.out / "decl.json"),
             *extra,
@@ -135,9 +159,10 @@ class Synth:
         captured = capsys.readouterr()
         return rc, captured.err
 
-    def apply_fails(self, series: str, capsys: pytest.CaptureFixture[str], *extra: str) -> str:
+    def apply_fails(self, series: str, capsys: pytest.CaptureFixture[str], *extra: str,
+                    wheel: Path | None = None) -> str:
         """Applies, expects failure, and checks nothing was written; returns the message."""
-        rc, err = self.apply(series, capsys, *extra)
+        rc, err = self.apply(series, capsys, *extra, wheel=wheel)
         assert rc == 1, err
         assert not self.out.exists(), "a failing run must write nothing"
         return err

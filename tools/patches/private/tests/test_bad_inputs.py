@@ -234,6 +234,20 @@ def test_patched_file_does_not_compile(synth, capsys):
     assert f"file:     {P}mod.py" in err and "patch:    v1/a.diff" in err
 
 
+def test_patched_file_parses_but_does_not_compile(synth, capsys):
+    # `return` outside a function parses; only the compiler refuses it.
+    broken = MODULE + "return 1\n"
+    synth.add_series("v1", [("a.diff", patch_text(udiff(P + "mod.py", MODULE, broken)))])
+    doc = synth.declaration("v1")
+    doc["patches"][0]["sha256"] = sha((synth.patches / "v1/a.diff").read_bytes())
+    doc["patches"][0]["files"] = {P + "mod.py": {"before": sha(MODULE), "after": sha(broken)}}
+    synth.save_declaration("v1", doc)
+    err = synth.apply_fails("v1", capsys)
+    assert "patched file does not compile" in err
+    assert "line 81: 'return' outside function" in err
+    assert f"file:     {P}mod.py" in err and "patch:    v1/a.diff" in err
+
+
 def test_hand_edited_hunk_counts(synth, capsys):
     text = one_patch(synth)
     repin(synth, "v1", "a.diff", text.replace("@@ -11,7 +11,7 @@", "@@ -11,8 +11,7 @@"))

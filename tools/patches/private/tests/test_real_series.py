@@ -1,7 +1,8 @@
 """The applier on the repository's own series and the real SGLang 0.5.19 base.
 
-Bazel passes PATCHCHAIN_BASE_MARKER (the base's sglang/__init__.py) and PATCHCHAIN_DECLARATION
-(patches/v1/series.json); outside Bazel set them by hand or these tests skip.
+Bazel passes PATCHCHAIN_BASE_MARKER (the base's sglang/__init__.py), PATCHCHAIN_BASE_WHEEL (the
+wheel it was unpacked from) and PATCHCHAIN_DECLARATION (patches/v1/series.json); outside Bazel
+set them by hand or these tests skip.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from patchchain.declaration import dump_json, load_chain, series_json
 from patchchain.errors import PatchChecksumError
 from patchchain.layout import SourceTree
 from patchchain.rehash_main import rehash
+from patchchain.wheel import WheelTree, check_wheel
 
 MARKER = os.environ.get("PATCHCHAIN_BASE_MARKER")
 DECLARATION = os.environ.get("PATCHCHAIN_DECLARATION")
@@ -45,6 +47,19 @@ def test_every_series_verifies_twice_identically(base, patches_dir):
         runs = [apply_chain(chain, base, read_patch_files(chain)).final for _ in range(2)]
         assert runs[0] == runs[1]
         assert set(runs[0]) == {s.path for p in chain.patches for s in p.files}
+
+
+@pytest.mark.skipif(not os.environ.get("PATCHCHAIN_BASE_WHEEL"), reason="needs the base wheel (run under Bazel)")
+def test_the_wheel_is_the_declared_base_and_reads_as_its_tree(base, patches_dir):
+    """What the rule applies to (the wheel, read in place) is the root pin and gives the tree's results."""
+    wheel = Path(os.environ["PATCHCHAIN_BASE_WHEEL"])
+    for name in series_names(patches_dir):
+        chain = load_chain(patches_dir, name)
+        check_wheel(wheel, chain.base)
+        patch_bytes = read_patch_files(chain)
+        from_wheel = apply_chain(chain, WheelTree(wheel), patch_bytes)
+        from_tree = apply_chain(chain, base, patch_bytes)
+        assert (from_wheel.final, from_wheel.base_hashes) == (from_tree.final, from_tree.base_hashes)
 
 
 def test_declarations_are_canonical_and_up_to_date(base, patches_dir):
