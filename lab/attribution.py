@@ -30,8 +30,11 @@ _BEHIND = re.compile(r"([\d.]+)s behind in sampling")
 # Runner.run innermost is the loop thread inside the event loop's C code (uvloop): polling, or
 # waiting for the GIL; what held the loop then shows on the other threads.
 _WAITING = re.compile(
-    r"^(?:Runner\.run|Condition\.wait|Event\.wait|_worker|Queue\.get|SimpleQueue\.get|Thread\.join|Thread\._wait_for_tstate_lock"
+    r"^(?:(?:Runner\.run|Condition\.wait|Event\.wait|_worker|Queue\.get|SimpleQueue\.get|Thread\.join|Thread\._wait_for_tstate_lock"
     r"|\w*Selector\.select|select|sleep|_recv_into|recv_into|accept) \(/usr/lib/python3[.\d]*/"
+    # v3's offload_process: the innermost Python frame of a thread blocked in a pipe read or
+    # write to its child (readinto/write, GIL released) while the child works.
+    r"|(?:_read_exact|_write_all) \([^)]*sglang/srt/managers/offload_process\.py:)"
 )
 
 

@@ -83,3 +83,12 @@ def test_sampler_lag_is_read_from_the_py_spy_log(tmp_path: Path):
     assert attribution.sampler_behind_s(log) == 12.25
     log.write_text("py-spy> Sampling process 100 times a second.\n")
     assert attribution.sampler_behind_s(log) == 0.0
+
+
+def test_a_thread_blocked_on_its_child_process_pipe_is_waiting():
+    pipe_waits = ["_read_exact (sglang/srt/managers/offload_process.py:81)",
+                  "_write_all (sglang/srt/managers/offload_process.py:68)"]
+    work = ["JsonProcess.loads (sglang/srt/managers/offload_process.py:260)",
+            "_read_exact (sglang/srt/managers/tokenizer_manager.py:81)"]
+    assert all(attribution._WAITING.match(frame) for frame in pipe_waits)
+    assert not any(attribution._WAITING.match(frame) for frame in work)
