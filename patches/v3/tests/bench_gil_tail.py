@@ -10,8 +10,9 @@ dispatch-off-loop.diff's `_ids_in_slices` does, the encode through offload-proce
 `TokenizerProcess` (the calling thread waits on a pipe; the list is built in slices), pickling
 the prompt's text and ids array (the bulk of what `send_pyobj` serializes) as 0.5.19 does and
 as the patch's sliced `sock_encode` does (the sliced forms only when the tree under test has
-them), and `orjson.loads` of a chat body of the same size (what `ORJSONRequest.json` runs on
-the loop).
+them), and `orjson.loads` of a chat body of the same size and of a body of 64 base64 images
+(what `ORJSONRequest.json` runs on the loop), with offload-process.diff's `JsonProcess.loads` of
+the same bodies.
 
   PYTHONPATH=.:<tree>:<torchvision shim> python bench_gil_tail.py --megabytes 2
 
@@ -112,11 +113,27 @@ def main() -> None:
             f"{total * 1e3:.0f} ms, GIL held up to {gap * 1e3:.0f} ms"
         )
     body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": text}]})
-    _, total, gap = worst_gil_gap(lambda: orjson.loads(body))
-    print(
-        f"orjson.loads of a {len(body) / 1e6:.1f} MB chat body: {total * 1e3:.0f} ms, "
-        f"GIL held up to {gap * 1e3:.0f} ms"
+    images = orjson.dumps(
+        {"model": "m", "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "iVBORw0KGgo" * 300_000 + str(i)}}
+            for i in range(64)
+        ]}]}
     )
+    for label, document in ((f"a {len(body) / 1e6:.1f} MB chat body", body),
+                            (f"a {len(images) / 1e6:.0f} MB body of 64 base64 images", images)):
+        _, total, gap = worst_gil_gap(lambda: orjson.loads(document))
+        print(f"orjson.loads of {label}: {total * 1e3:.0f} ms, GIL held up to {gap * 1e3:.0f} ms")
+        if TokenizerProcess is not None:
+            from sglang.srt.managers.offload_process import JsonProcess
+
+            json_process = JsonProcess()
+            try:
+                json_process.loads(b"{}")  # started before it is timed
+                parsed, total, gap = worst_gil_gap(lambda: json_process.loads(document))
+            finally:
+                json_process.close()
+            assert parsed == orjson.loads(document), "the JSON process parsed differently"
+            print(f"JSON process loads of {label}: {total * 1e3:.0f} ms, GIL held up to {gap * 1e3:.0f} ms")
 
 
 if __name__ == "__main__":

@@ -182,11 +182,17 @@ def parse_calls(monkeypatch) -> Iterator[List[int]]:
 
 
 def _large_chat_body() -> bytes:
+    """A multimodal tool chat over LARGE_BODY_BYTES: a non-ASCII text part, base64 images (long
+    ASCII strings), short strings and numbers beside them."""
     content = (SENTENCE * (LARGE_BODY_BYTES // len(SENTENCE) + 1))[:LARGE_BODY_BYTES]
+    image = "data:image/png;base64," + "iVBORw0KGgo" * 20_000
+    parts = [{"type": "text", "text": content}] + [
+        {"type": "image_url", "image_url": {"url": image[: len(image) - i]}} for i in range(3)
+    ]
     return orjson.dumps(
         {
             "model": "tiny",
-            "messages": [{"role": "user", "content": content}],
+            "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": parts}],
             "tools": TOOLS,
             "temperature": 0.1,
             "max_tokens": 2**40,
