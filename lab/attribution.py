@@ -1,11 +1,12 @@
 """Attributes slow /health probes to the code that ran in the server while they waited.
 
-The session records the HTTP server process with `py-spy record --format chrometrace`: per
-thread, a begin/end event for every frame whose presence changed between samples, with
-microsecond timestamps counted from py-spy's start. Idle threads (blocked in a syscall, or
-waiting for the GIL) are not sampled, so what a slow probe overlaps is the code that was
-running: on the event-loop thread ("MainThread" in `sglang.launch_server`) it held the loop
-itself; on another thread it held the GIL the loop was waiting for.
+The session records the HTTP server process with `py-spy record --gil --format chrometrace`:
+per thread, a begin/end event for every frame whose presence changed between samples, with
+microsecond timestamps counted from py-spy's start. Each sample is the thread that held the
+GIL, so what a slow probe overlaps is the code that held it: on the event-loop thread
+("MainThread" in `sglang.launch_server`) the loop itself ran; on another thread it held the GIL
+the loop was waiting for. (Without `--gil`, a thread waiting for the GIL, e.g. in
+`time.sleep(0)`, is sampled as running too.)
 
 Pure functions over plain data (no sglang, no podman), unit-tested on the host.
 """

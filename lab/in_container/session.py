@@ -235,7 +235,8 @@ class Prober:
 
 
 class Profiler:
-    """py-spy recording the server process's Python threads (chrometrace: a timestamp per sample).
+    """py-spy recording which Python thread of the server process holds the GIL (chrometrace: a
+    timestamp per sample).
 
     The host lines samples up with slow probes (lab/attribution.py). Sample timestamps count
     from py-spy's start, taken here as `launched` (CLOCK_MONOTONIC, as the probes); measured
@@ -248,8 +249,10 @@ class Profiler:
         self._log = self.log_path.open("ab")
         self.launched = time.monotonic()
         self.proc = subprocess.Popen(
+            # --gil: each sample is the thread holding the GIL, so a slow probe is attributed to
+            # what held it, not to every thread that was waiting for it.
             [str(py_spy), "record", "--pid", str(pid), "--rate", str(rate_hz), "--format", "chrometrace",
-             "--threads", "--nonblocking", "--output", str(out)],
+             "--threads", "--gil", "--nonblocking", "--output", str(out)],
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
         )
         self.record = {"file": out.name, "log": self.log_path.name, "pid": pid, "rate_hz": rate_hz,
