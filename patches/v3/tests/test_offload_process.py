@@ -259,3 +259,39 @@ def test_a_killed_json_process_costs_no_request(parse_calls, caplog):
     assert any("JSON parse process failed" in r.getMessage() for r in caplog.records)
     assert replaced == expected and parse_calls == fallback  # a new child parsed the third
     assert http_server._large_body_parser._process.pid != first.pid
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+@pytest.mark.parametrize("failure", ["no-interpreter", "exits-at-once"])
+def test_a_child_that_cannot_start_is_tried_once(
+    failure, monkeypatch, tmp_path, make_tokenizer_manager, tiny_tokenizer, parse_calls, caplog
+):
+    """A child that cannot start (no interpreter at sys.executable, or a child that exits before
+    it is ready) is not started again for every large request: one attempt per lane and per
+    parser, one warning each, and every request still served in-process."""
+    from sglang.srt.entrypoints import http_server
+    from sglang.srt.managers import offload_process
+
+    if failure == "no-interpreter":
+        monkeypatch.setattr(offload_process.sys, "executable", str(tmp_path / "no-python"))
+    else:
+        script = tmp_path / "exits.py"
+        script.write_text("import sys\nsys.exit(3)\n")
+        monkeypatch.setattr(offload_process, "__file__", str(script))
+    body = _large_chat_body()
+    expected_body = orjson.loads(body)
+    expected_ids = tiny_tokenizer.encode(LARGE_TEXT)
+    parse_calls.clear()
+
+    with caplog.at_level(logging.WARNING):
+        tm = make_tokenizer_manager(tiny_tokenizer)
+        ids = [asyncio.run(tm._tokenize_texts(LARGE_TEXT))[0] for _ in range(2)]
+        bodies = [_parse_as_the_server_does(body) for _ in range(2)]
+
+    assert ids == [expected_ids] * 2 and bodies == [expected_body] * 2
+    started = tm._tokenizer_processes
+    assert len(started) <= 1, f"a new tokenizer process for every prompt: {len(started)}"
+    assert [n for n in parse_calls if n == len(body)] == [len(body)] * 2
+    warnings = [r.getMessage() for r in caplog.records if "cannot start" in r.getMessage()]
+    assert len(warnings) == 2, warnings  # one for the lane, one for the parser
