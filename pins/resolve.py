@@ -16,6 +16,12 @@ resolved here (Bazel verifies their sha256 on every fetch).
 
 Credentials: skopeo's default auth file or --authfile; the Hub token from HF_TOKEN (never
 printed). TLS verification is off only for loopback registries.
+
+Trust: the machine's CA store, by name (MACHINE_CA_STORE). certifi's bundle is not in this
+repository's build (tools/python/private/pip_repository.bzl), so before its first Hub client the
+resolver sets SSL_CERT_FILE to the store unless the caller set it: httpx (huggingface_hub's
+client) reads it before falling back to certifi, and so does hf_xet (rustls-native-certs).
+skopeo (Go's crypto/x509) reads the same store by default.
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ from pins import table  # noqa: E402
 from tools.oci.registry import RefError, RegistryError, Skopeo, parse_repository  # noqa: E402
 
 DEFAULT_HUB = "https://huggingface.co"
+
+# Debian's CA store (ca-certificates; what update-ca-certificates writes).
+MACHINE_CA_STORE = "/etc/ssl/certs/ca-certificates.crt"
 
 
 class ResolveError(Exception):
@@ -79,7 +88,17 @@ def resolve_image(pin: table.Pin, tag: str | None, skopeo: Skopeo, allow_move: b
         now, f"skopeo inspect --raw {source} (sha256 of the manifest bytes)", source))
 
 
+def trust_machine_ca_store() -> str:
+    """Points this process's TLS clients at the machine's CA store; returns the file they trust.
+
+    Called before the first Hub client: httpx reads SSL_CERT_FILE when it builds a client's SSL
+    context (even for http://), and without it opens certifi.where(), a file this build lacks.
+    """
+    return os.environ.setdefault("SSL_CERT_FILE", MACHINE_CA_STORE)
+
+
 def resolve_hf(pin: table.Pin, tag: str | None, endpoint: str, allow_move: bool, now: str) -> table.Pin:
+    trust_machine_ca_store()
     from huggingface_hub import HfApi, hf_hub_download
     from huggingface_hub.errors import HfHubHTTPError
 
