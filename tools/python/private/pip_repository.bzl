@@ -10,14 +10,14 @@ _NAMES_BZL = Label("//tools/python/private:names.bzl")
 # Reads the extracted wheels' METADATA: each package's dependency closure (see its docstring).
 _WHEEL_GRAPH = Label("//tools/python/private:wheel_graph.py")
 
-# Files some machines rewrite in place after the fetch: a TLS-intercepting proxy appends its CA to
-# every `certifi/cacert.pem` it finds. Such a file is not left in the extracted site (a source
-# file of this repository, so a rewrite would change every test that carries it): a build action
-# unzips it from the locked wheel into the same runfiles path, so the content is the lock's and a
-# rewrite of the output is undone by Bazel with the same digest, re-running no test. A tool that
-# must trust the machine's own CA store is pointed at it (SSL_CERT_FILE for httpx,
-# REQUESTS_CA_BUNDLE for requests).
-BUILT_FROM_WHEEL = {"certifi": ["certifi/cacert.pem"]}
+# A file no extracted site keeps. A TLS-intercepting proxy's installer appends its CA to every
+# `certifi/cacert.pem` it finds on disk, the output base included, at any time (seen: a minute
+# into `bazel test`, under a running test). So the bundle is in no site and no runfiles: nothing
+# of the build is left for it to rewrite. `certifi.where()` still returns the path (importing
+# certifi, requests or httpx reads no file), but nothing is there, so a TLS client that falls
+# back to it fails loudly instead of trusting a rewritten file. The tools that speak TLS name the
+# machine's CA store themselves (pins/resolve.py: SSL_CERT_FILE; docs/decisions.md).
+_CA_BUNDLE = "cacert.pem"
 
 _LOCK_HINT = "regenerate it with `./tools/bazel run //third_party/python:lock -- {lock}`"
 
@@ -112,11 +112,12 @@ def _fetch(rctx, entry, lock_name, extract):
     if not result.success:
         # sha256 still guards the pip fallback: Bazel verifies it when it copies the file in.
         fetch(url = [_pip_fallback(rctx, entry, lock_name)], **kwargs)
-    if extract and entry.name in BUILT_FROM_WHEEL:
-        # The wheel stays for the unzip action; the repository cache serves it (same sha256).
-        rctx.download(url = entry.urls, output = "wheels/" + entry.filename, sha256 = entry.sha256)
-        for path in BUILT_FROM_WHEEL[entry.name]:
-            rctx.delete("site/{}/{}".format(entry.name, path))
+
+def _drop_ca_bundles(rctx, lock_name):
+    """Deletes every file named _CA_BUNDLE from the extracted sites."""
+    res = rctx.execute(["find", "site", "-name", _CA_BUNDLE, "-delete"], quiet = True)
+    if res.return_code != 0:
+        fail("{}: deleting the extracted {} files failed:\n{}".format(lock_name, _CA_BUNDLE, res.stderr[-2000:]))
 
 _BUILD_EXTRACTED = """\
 package(default_visibility = ["//visibility:public"])
@@ -143,7 +144,7 @@ py_library(
     data = glob(
         ["site/{name}/**"],
         exclude = ["site/{name}/**/*.py", "site/{name}/**/__pycache__/**", "site/{name}/bin/**", "site/{name}/**/* *"],
-    ){extra_data},
+    ),
     imports = ["site/{name}"],
     visibility = ["//visibility:private"],
 )
@@ -151,18 +152,6 @@ py_library(
 py_library(
     name = "{name}",
     deps = {closure},{unlocked}
-)
-"""
-
-# One file of BUILT_FROM_WHEEL, unzipped from the locked wheel at build time (by python3's
-# zipfile: the remote-execution image has python3 but no unzip).
-_FROM_WHEEL = """\
-genrule(
-    name = "_from_wheel_{name}_{index}",
-    srcs = ["wheels/{wheel}"],
-    outs = ["site/{name}/{path}"],
-    cmd = "python3 -c 'import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read(sys.argv[2]))' $< {path} > $@",
-    visibility = ["//visibility:private"],
 )
 """
 
@@ -195,24 +184,19 @@ def requirement(name):
 all_requirements = ["@{repo}//:" + p for p in _PACKAGES]
 """
 
-def _build_extracted(rctx, lock_name, entries):
+def _build_extracted(rctx, lock_name):
     res = rctx.execute([rctx.attr.python_interpreter, str(rctx.path(_WHEEL_GRAPH)), "site"], quiet = True)
     if res.return_code != 0:
         fail("{}: reading the wheels' dependencies failed:\n{}".format(lock_name, res.stderr[-2000:]))
     graph = json.decode(res.stdout)
-    wheels = {e.name: e.filename for e in entries}
     packages = []
     for name in sorted(graph["closure"]):
         unlocked = graph["unlocked"].get(name)
-        built = BUILT_FROM_WHEEL.get(name, [])
         packages.append(_FILES.format(
             name = name,
-            extra_data = "".join([" + [\"site/{}/{}\"]".format(name, p) for p in built]),
             closure = repr([":_files_" + n for n in graph["closure"][name]]),
             unlocked = "\n    # Required but not in the lock (marker true here): {}".format(", ".join(unlocked)) if unlocked else "",
         ))
-        for index, path in enumerate(built):
-            packages.append(_FROM_WHEEL.format(name = name, index = index, wheel = wheels[name], path = path))
     return _BUILD_EXTRACTED.format(
         packages = "\n".join(packages),
         all_files = repr([":_files_" + n for n in sorted(graph["closure"])]),
@@ -227,7 +211,8 @@ def _pip_parse_impl(rctx):
     rctx.delete("_pip_download")
     rctx.symlink(rctx.path(rctx.attr.requirements_lock), "requirements.lock")
     if rctx.attr.extract:
-        rctx.file("BUILD.bazel", _build_extracted(rctx, lock_name, entries))
+        _drop_ca_bundles(rctx, lock_name)
+        rctx.file("BUILD.bazel", _build_extracted(rctx, lock_name))
     else:
         aliases = "\n".join(['alias(name = "{}", actual = ":wheels")'.format(e.name) for e in entries])
         rctx.file("BUILD.bazel", _BUILD_WHEELS.format(aliases = aliases))
