@@ -55,8 +55,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
+    from glm_tokenizer import build_tokenizer
     from conftest import (
-        _train_tiny_tokenizer,
         dispatching_manager,
         new_tokenizer_manager,
         submit_until_dispatch,
@@ -66,7 +66,7 @@ def main() -> None:
     rng = random.Random(0)
     # Ids above 256 are not CPython's cached small ints, as in a real vocabulary.
     ids = [rng.randrange(1000, 150_000) for _ in range(args.ids)]
-    tm = new_tokenizer_manager(_train_tiny_tokenizer())
+    tm = new_tokenizer_manager(build_tokenizer())
     try:
         with tempfile.TemporaryDirectory() as scratch, dispatching_manager(
             tm, f"ipc://{scratch}/scheduler_input"

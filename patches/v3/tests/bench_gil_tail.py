@@ -57,9 +57,9 @@ def main() -> None:
     parser.add_argument("--megabytes", type=float, default=2.0)
     args = parser.parse_args()
 
-    from conftest import _train_tiny_tokenizer
+    from glm_tokenizer import build_tokenizer
 
-    tokenizer = _train_tiny_tokenizer()
+    tokenizer = build_tokenizer()
     sentence = "the quick brown fox jumps over the lazy dog "
     text = sentence * int(args.megabytes * 1e6 / len(sentence))
     calls = {

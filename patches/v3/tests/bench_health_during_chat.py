@@ -44,13 +44,14 @@ def _build_app(megabytes: float):
     from sglang.srt.managers.tokenizer_manager import ServerStatus
     from sglang.srt.parser.template_manager import TemplateManager
 
-    from conftest import _train_tiny_tokenizer, new_tokenizer_manager
+    from conftest import new_tokenizer_manager
+    from glm_tokenizer import build_tokenizer
 
     class CountingChat(OpenAIServingChat):
         async def _handle_non_streaming_request(self, adapted_request, request, raw_request):
             return {"tokens": len(adapted_request.input_ids)}
 
-    tm = new_tokenizer_manager(_train_tiny_tokenizer())
+    tm = new_tokenizer_manager(build_tokenizer())
     tm.model_config.context_len = 1 << 30
     tm.gracefully_exit = False
     tm.server_status = ServerStatus.Up

@@ -147,7 +147,17 @@ def _train_tiny_tokenizer() -> Any:
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer() -> Any:
+    """The 500-token toy: only where a test says why it needs a small vocabulary."""
     return _train_tiny_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def glm_tokenizer() -> Any:
+    """The default tokenizer of these tests: GLM-class (glm_tokenizer.py: 151,552 tokens, a 7 MB
+    backend JSON, GLM special tokens and a tool-calling chat template), as production serves."""
+    import glm_tokenizer as glm
+
+    return glm.build_tokenizer()
 
 
 def new_tokenizer_manager(tokenizer: Any = None) -> Any:
@@ -274,7 +284,14 @@ def dispatching_manager(tm: Any, address: str) -> Iterator[Scheduler]:
 
 async def submit_until_dispatch(tm: Any, obj: Any) -> None:
     """What generate_request does for one normalized request up to its dispatch."""
+    from sglang.srt.managers.io_struct import AbortReq
+
     tm._init_req_state(obj)
+    send_unless_aborted = getattr(tm, "_tokenize_unless_aborted", None)
+    if send_unless_aborted is not None:  # offload-process.diff: generate_request's own step
+        if await send_unless_aborted(obj):
+            tm._handle_abort_req(AbortReq(rid=obj.rid, abort_message="Aborted before dispatch"))
+        return
     tokenized = await tm._tokenize_one_request(obj)
     if obj.return_prompt_token_ids and tm.rid_to_state[obj.rid].prompt_token_ids is None:
         # Stock and the earlier v3 set it in generate_request, from the array, on the loop.

@@ -28,7 +28,7 @@ from sglang.srt.managers.io_struct import AbortReq, GenerateReqInput
 from sglang.srt.sampling.sampling_params import SamplingParams
 
 WORKER_PREFIX = "sglang-preprocess"
-# ~43 K ids with the toy tokenizer: above the patch's 16 K-id threshold (the prompt sizes of the
+# ~30 K ids with the GLM-class tokenizer: above the patch's 16 K-id threshold (the prompt sizes of the
 # lab are 100 times that; the path is the same).
 HUGE_WORDS = 12_000
 
@@ -71,10 +71,10 @@ def huge_text() -> str:
 
 
 @pytest.fixture
-def dispatching(make_tokenizer_manager, tiny_tokenizer, tmp_path, dispatch_helpers):
+def dispatching(make_tokenizer_manager, glm_tokenizer, tmp_path, dispatch_helpers):
     """A tokenizer manager whose real `_dispatch_to_scheduler` sends on a real ZMQ PUSH socket,
     the scheduler's end of that socket, and `submit_until_dispatch` (conftest.py)."""
-    tm = make_tokenizer_manager(tiny_tokenizer)
+    tm = make_tokenizer_manager(glm_tokenizer)
     tm.sampling_params_class = ProbedSamplingParams
     with dispatch_helpers.manager(tm, f"ipc://{tmp_path}/scheduler_input") as scheduler:
         yield tm, scheduler, dispatch_helpers.submit_until_dispatch
@@ -103,7 +103,7 @@ def _record_array_threads(monkeypatch) -> List[str]:
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 def test_a_huge_request_is_built_and_serialized_off_the_loop(
-    dispatching, huge_text, tiny_tokenizer, hold_factory, probe, monkeypatch
+    dispatching, huge_text, glm_tokenizer, hold_factory, probe, monkeypatch
 ):
     """The ids array is built and the request pickled on the lane's worker: the pickling is held
     until a loop task releases it (inline, nothing can, and it runs into its limit). What the
@@ -125,7 +125,7 @@ def test_a_huge_request_is_built_and_serialized_off_the_loop(
     assert array_threads and all(t.startswith(WORKER_PREFIX) for t in array_threads), (
         f"the ids array was built on {array_threads}"
     )
-    expected = tiny_tokenizer(huge_text)["input_ids"]
+    expected = glm_tokenizer(huge_text)["input_ids"]
     assert len(expected) > tokenizer_manager_module.__dict__.get("OFF_LOOP_DISPATCH_MIN_IDS", 0)
     received = scheduler.receive()
     assert received.rid == "huge"

@@ -31,7 +31,7 @@ class _Config(SimpleNamespace):
 
 
 @pytest.fixture
-def make_processor(monkeypatch, tiny_tokenizer, hold_factory):
+def make_processor(monkeypatch, glm_tokenizer, hold_factory):
     mm = _Config(
         media_url_max_file_size_mb=100,
         mm_feature_transport="default",
@@ -54,7 +54,7 @@ def make_processor(monkeypatch, tiny_tokenizer, hold_factory):
     def build(concurrency: bool = True):
         hold = hold_factory()
         calls: List[Dict[str, Any]] = []
-        hf_processor = SimpleNamespace(tokenizer=tiny_tokenizer)
+        hf_processor = SimpleNamespace(tokenizer=glm_tokenizer)
 
         class Processor(base_processor.BaseMultimodalProcessor):
             supports_mm_processor_concurrency = concurrency
@@ -67,7 +67,7 @@ def make_processor(monkeypatch, tiny_tokenizer, hold_factory):
                 calls.append(
                     {
                         "thread": threading.current_thread().name,
-                        "shares_tokenizer": tokenizer is tiny_tokenizer,
+                        "shares_tokenizer": tokenizer is glm_tokenizer,
                     }
                 )
                 hold()  # stands in for image processing

@@ -3,8 +3,8 @@ by its preprocessing lane's tokenizer process, and a body of more than LARGE_BOD
 parsed by a JSON process, so no thread of the server process holds the GIL while `tokenizers`
 turns millions of ids into a list or orjson parses megabytes.
 
-Real tokenizer and real orjson throughout (the toy BPE of conftest.py; the children run the
-same libraries). What is observed is where the work ran: `encode_calls` records every call of
+Real tokenizer and real orjson throughout (the GLM-class BPE of glm_tokenizer.py, 151,552
+tokens and a 7 MB backend JSON, as GLM-5.3's; the children run the same libraries). What is observed is where the work ran: `encode_calls` records every call of
 transformers' fast `_encode_plus` in this process and `parse_calls` every `orjson.loads`
 (pass-through spies on the real functions), so a large prompt or body handled in this process
 shows up there, and one handled by a child does not.
@@ -18,7 +18,7 @@ import logging
 import os
 import signal
 import threading
-from typing import Any, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import orjson
 import pytest
@@ -44,6 +44,16 @@ def _chars(text: Any) -> int:
     return sum(_chars(t) for t in text)
 
 
+@pytest.fixture(autouse=True)
+def log_each_fallback_cause_again() -> None:
+    """The offload paths log a fallback once per cause and process: each test sees its own."""
+    from sglang.srt.managers import offload_process
+
+    stats = getattr(offload_process, "STATS", None)
+    if stats is not None:
+        stats._logged.clear()
+
+
 @pytest.fixture
 def encode_calls(monkeypatch) -> List[Tuple[str, int]]:
     """(thread name, characters) of every fast-tokenizer encode in this process."""
@@ -64,27 +74,49 @@ def _large_encodes(calls: List[Tuple[str, int]]) -> List[Tuple[str, int]]:
     return [call for call in calls if call[1] >= LARGE_CHARS]
 
 
+def _counts() -> Dict[str, int]:
+    """The offload counters (what /metrics exports); {} on a tree without them."""
+    from sglang.srt.managers import offload_process
+
+    stats = getattr(offload_process, "STATS", None)
+    return stats.snapshot() if stats is not None else {}
+
+
+def _delta(before: Dict[str, int], path: str = "") -> Dict[str, int]:
+    """The counters of `path` (every path: "") that changed since `before`."""
+    after = _counts()
+    return {key: n - before.get(key, 0) for key, n in after.items()
+            if key.startswith(path) and n != before.get(key, 0)}
+
+
+def _one_worker(parser: Any) -> None:
+    """A body parser with one thread (and so one child), for tests that follow one child."""
+    parser.close()
+    if hasattr(parser, "workers"):
+        parser.workers = 1
+
+
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 def test_large_generate_prompt_is_encoded_in_another_process(
-    make_tokenizer_manager, tiny_tokenizer, encode_calls
+    make_tokenizer_manager, glm_tokenizer, encode_calls
 ):
-    tm = make_tokenizer_manager(tiny_tokenizer)
+    tm = make_tokenizer_manager(glm_tokenizer)
 
     input_ids, token_type_ids = asyncio.run(tm._tokenize_texts(LARGE_TEXT))
 
     in_process = _large_encodes(encode_calls)
     assert in_process == [], f"the {LARGE_CHARS}-character prompt was encoded in this process: {in_process}"
-    assert input_ids == tiny_tokenizer.encode(LARGE_TEXT)
+    assert input_ids == glm_tokenizer.encode(LARGE_TEXT)
     assert token_type_ids is None
 
 
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 def test_large_tools_chat_prompt_is_identical_and_encoded_in_another_process(
-    make_tokenizer_manager, tiny_tokenizer, encode_calls
+    make_tokenizer_manager, glm_tokenizer, encode_calls
 ):
-    tokenizer = copy.deepcopy(tiny_tokenizer)
+    tokenizer = copy.deepcopy(glm_tokenizer)
     tokenizer.chat_template = TOOLS_TEMPLATE
     serving = ChatServing(make_tokenizer_manager(tokenizer), TemplateManager())
 
@@ -103,38 +135,42 @@ def test_large_tools_chat_prompt_is_identical_and_encoded_in_another_process(
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 def test_a_killed_tokenizer_process_costs_no_request_and_is_replaced(
-    make_tokenizer_manager, tiny_tokenizer, encode_calls, caplog
+    make_tokenizer_manager, glm_tokenizer, encode_calls, caplog
 ):
-    tm = make_tokenizer_manager(tiny_tokenizer)
-    expected = tiny_tokenizer.encode(LARGE_TEXT)
+    tm = make_tokenizer_manager(glm_tokenizer)
+    expected = glm_tokenizer.encode(LARGE_TEXT)
     encode_calls.clear()
     assert asyncio.run(tm._tokenize_texts(LARGE_TEXT))[0] == expected
     (first,) = tm._tokenizer_processes
     os.kill(first.pid, signal.SIGKILL)
     first._process.wait()
 
-    with caplog.at_level(logging.WARNING, logger=tokenizer_manager.__name__):
+    before = _counts()
+    with caplog.at_level(logging.WARNING):
         after_kill = asyncio.run(tm._tokenize_texts(LARGE_TEXT))[0]
     fallback = _large_encodes(encode_calls)
     replaced = asyncio.run(tm._tokenize_texts(LARGE_TEXT))[0]
 
     assert after_kill == expected  # encoded on the lane's thread instead
     assert len(fallback) == 1 and fallback[0][0].startswith("sglang-preprocess"), fallback
-    assert any("Tokenizer process failed" in r.getMessage() for r in caplog.records)
+    assert any("fell back" in r.getMessage() for r in caplog.records)
     assert replaced == expected
-    assert len(tm._tokenizer_processes) == 2 and tm._tokenizer_processes[1].pid != first.pid
+    (second,) = tm._tokenizer_processes  # the dead one is pruned
+    assert second.pid != first.pid
     assert _large_encodes(encode_calls) == fallback  # the new process encoded the third
+    assert _delta(before, "tokenizer_process") == {
+        "tokenizer_process.fallbacks": 1, "tokenizer_process.restarts": 1, "tokenizer_process.uses": 1}
 
 
-def test_a_tokenizer_with_its_own_encode_keeps_it(make_tokenizer_manager, tiny_tokenizer):
+def test_a_tokenizer_with_its_own_encode_keeps_it(make_tokenizer_manager, glm_tokenizer):
     """A remote-code tokenizer that post-processes its ids is never replaced by its backend."""
 
-    class MarkingTokenizer(tiny_tokenizer.__class__):
+    class MarkingTokenizer(glm_tokenizer.__class__):
         def encode(self, text, *args, **kwargs):
             return super().encode(text, *args, **kwargs) + [0]
 
-    tokenizer = MarkingTokenizer(tokenizer_object=tiny_tokenizer.backend_tokenizer)
-    tokenizer.chat_template = tiny_tokenizer.chat_template
+    tokenizer = MarkingTokenizer(tokenizer_object=glm_tokenizer.backend_tokenizer)
+    tokenizer.chat_template = glm_tokenizer.chat_template
     serving = ChatServing(make_tokenizer_manager(tokenizer), TemplateManager())
 
     result = asyncio.run(serving.handle_request(_chat(LARGE_TEXT), None))
@@ -145,8 +181,8 @@ def test_a_tokenizer_with_its_own_encode_keeps_it(make_tokenizer_manager, tiny_t
 
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
-def test_shutdown_ends_the_tokenizer_processes(make_tokenizer_manager, tiny_tokenizer):
-    tm = make_tokenizer_manager(tiny_tokenizer)
+def test_shutdown_ends_the_tokenizer_processes(make_tokenizer_manager, glm_tokenizer):
+    tm = make_tokenizer_manager(glm_tokenizer)
     asyncio.run(tm._tokenize_texts(LARGE_TEXT))
     (process,) = tm._tokenizer_processes
 
@@ -244,11 +280,14 @@ def test_a_killed_json_process_costs_no_request(parse_calls, caplog):
 
     body = _large_chat_body()
     expected = orjson.loads(body)
+    parser = http_server._large_body_parser
+    _one_worker(parser)
     assert _parse_as_the_server_does(body) == expected
-    first = http_server._large_body_parser._process
+    (first,) = parser._processes
     os.kill(first.pid, signal.SIGKILL)
     first._process.wait()
     parse_calls.clear()
+    before = _counts()
 
     with caplog.at_level(logging.WARNING):
         after_kill = _parse_as_the_server_does(body)
@@ -256,16 +295,19 @@ def test_a_killed_json_process_costs_no_request(parse_calls, caplog):
     replaced = _parse_as_the_server_does(body)
 
     assert after_kill == expected and fallback == [len(body)]  # parsed here, once
-    assert any("JSON parse process failed" in r.getMessage() for r in caplog.records)
+    assert any("fell back" in r.getMessage() for r in caplog.records)
     assert replaced == expected and parse_calls == fallback  # a new child parsed the third
-    assert http_server._large_body_parser._process.pid != first.pid
+    (second,) = parser._processes
+    assert second.pid != first.pid
+    assert _delta(before) == {"json_process.fallbacks": 1, "json_process.restarts": 1,
+                              "json_process.uses": 1}
 
 
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 @pytest.mark.parametrize("failure", ["no-interpreter", "exits-at-once"])
 def test_a_child_that_cannot_start_is_tried_once(
-    failure, monkeypatch, tmp_path, make_tokenizer_manager, tiny_tokenizer, parse_calls, caplog
+    failure, monkeypatch, tmp_path, make_tokenizer_manager, glm_tokenizer, parse_calls, caplog
 ):
     """A child that cannot start (no interpreter at sys.executable, or a child that exits before
     it is ready) is not started again for every large request: one attempt per lane and per
@@ -281,11 +323,12 @@ def test_a_child_that_cannot_start_is_tried_once(
         monkeypatch.setattr(offload_process, "__file__", str(script))
     body = _large_chat_body()
     expected_body = orjson.loads(body)
-    expected_ids = tiny_tokenizer.encode(LARGE_TEXT)
+    expected_ids = glm_tokenizer.encode(LARGE_TEXT)
     parse_calls.clear()
+    _one_worker(http_server._large_body_parser)
 
     with caplog.at_level(logging.WARNING):
-        tm = make_tokenizer_manager(tiny_tokenizer)
+        tm = make_tokenizer_manager(glm_tokenizer)
         ids = [asyncio.run(tm._tokenize_texts(LARGE_TEXT))[0] for _ in range(2)]
         bodies = [_parse_as_the_server_does(body) for _ in range(2)]
 
@@ -295,3 +338,442 @@ def test_a_child_that_cannot_start_is_tried_once(
     assert [n for n in parse_calls if n == len(body)] == [len(body)] * 2
     warnings = [r.getMessage() for r in caplog.records if "cannot start" in r.getMessage()]
     assert len(warnings) == 2, warnings  # one for the lane, one for the parser
+
+
+# --- production scale: a GLM-size backend, deadlines, counters --------------------------------
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_a_glm_size_tokenizer_process_starts_and_encodes(
+    make_tokenizer_manager, glm_tokenizer, encode_calls
+):
+    """The backend JSON of a GLM-class tokenizer is several MB; the previous v3 read it into an
+    mmap and its child died at `.decode` (every large prompt then encoded in-process, silently)."""
+    backend_bytes = len(glm_tokenizer.backend_tokenizer.to_str().encode())
+    assert len(glm_tokenizer) >= 151_552 and backend_bytes > 4 << 20, (len(glm_tokenizer), backend_bytes)
+    expected = glm_tokenizer.encode(LARGE_TEXT)
+    tm = make_tokenizer_manager(glm_tokenizer)
+    encode_calls.clear()
+    before = _counts()
+
+    ids = [asyncio.run(tm._tokenize_texts(LARGE_TEXT))[0] for _ in range(2)]
+
+    assert ids == [expected] * 2
+    assert _large_encodes(encode_calls) == [], "a large prompt was encoded in this process"
+    assert _delta(before) == {"tokenizer_process.uses": 2, "preprocessing_lane_bulk.uses": 2}
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_the_backend_is_serialized_once(make_tokenizer_manager, glm_tokenizer, monkeypatch):
+    """Every lane's process (and a replacement) starts from one serialization of the backend:
+    to_str() of a 151 K-token tokenizer holds the GIL for hundreds of milliseconds."""
+    from tokenizers import Tokenizer
+
+    calls: List[str] = []
+    real = Tokenizer.to_str
+
+    def counting(self, *args, **kwargs):
+        calls.append(threading.current_thread().name)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Tokenizer, "to_str", counting)
+    tm = make_tokenizer_manager(glm_tokenizer)
+    asyncio.run(tm._tokenize_texts(LARGE_TEXT))
+    (first,) = tm._tokenizer_processes
+    first.kill()
+    asyncio.run(tm._tokenize_texts(LARGE_TEXT))  # a fallback, then...
+    asyncio.run(tm._tokenize_texts(LARGE_TEXT))  # ...a replacement child
+
+    assert len(calls) == 1, f"the backend was serialized {len(calls)} times, on {calls}"
+
+
+@pytest.fixture
+def short_deadlines(monkeypatch) -> Callable[[], None]:
+    """Call it to give every later child call a 2 s deadline (children started before keep
+    theirs: a GLM-size tokenizer takes a while to load on a busy host)."""
+    from sglang.srt.managers import offload_process
+
+    def apply() -> None:
+        monkeypatch.setattr(offload_process, "DEADLINE_BASE_S", 2.0)
+        monkeypatch.setattr(offload_process, "DEADLINE_S_PER_MB", 0.0)
+
+    return apply
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_a_stopped_tokenizer_process_is_killed_at_its_deadline(
+    make_tokenizer_manager, glm_tokenizer, encode_calls, short_deadlines
+):
+    """SIGSTOP: the child neither answers nor dies. The lane waits at most the call's deadline,
+    kills it, encodes the prompt itself, and the next prompt gets a new child."""
+    tm = make_tokenizer_manager(glm_tokenizer)
+    expected = glm_tokenizer.encode(LARGE_TEXT)
+    asyncio.run(tm._tokenize_texts(LARGE_TEXT))
+    (stopped,) = tm._tokenizer_processes
+    os.kill(stopped.pid, signal.SIGSTOP)
+    short_deadlines()
+    encode_calls.clear()
+    before = _counts()
+
+    after_stop = asyncio.run(tm._tokenize_texts(LARGE_TEXT))[0]
+    replaced = asyncio.run(tm._tokenize_texts(LARGE_TEXT))[0]
+
+    assert after_stop == expected and replaced == expected
+    assert stopped._process.returncode == -signal.SIGKILL, stopped._process.returncode
+    assert len([c for c in _large_encodes(encode_calls)]) == 1  # only the stopped one's prompt
+    delta = _delta(before)
+    assert delta["tokenizer_process.deadline_kills"] == 1, delta
+    assert delta["tokenizer_process.fallbacks"] == 1 and delta["tokenizer_process.uses"] == 1, delta
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_a_stopped_json_process_is_killed_at_its_deadline(parse_calls, short_deadlines):
+    from sglang.srt.entrypoints import http_server
+
+    parser = http_server._large_body_parser
+    _one_worker(parser)
+    body = _large_chat_body()
+    expected = orjson.loads(body)
+    assert _parse_as_the_server_does(body) == expected
+    (stopped,) = parser._processes
+    os.kill(stopped.pid, signal.SIGSTOP)
+    short_deadlines()
+    parse_calls.clear()
+    before = _counts()
+
+    assert _parse_as_the_server_does(body) == expected
+    assert parse_calls == [len(body)]  # that one body here, after the kill
+    assert _parse_as_the_server_does(body) == expected
+    assert parse_calls == [len(body)]  # the next one by a new child
+
+    assert stopped._process.returncode == -signal.SIGKILL
+    delta = _delta(before)
+    assert delta["json_process.deadline_kills"] == 1 and delta["json_process.restarts"] == 1, delta
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_a_hung_interpreter_costs_one_start_deadline_and_holds_no_lock(
+    make_tokenizer_manager, glm_tokenizer, tmp_path, monkeypatch
+):
+    """sys.executable starts but never answers: the lane gives up after START_DEADLINE_S, encodes
+    in its thread and does not try again; meanwhile no lock is held (shutdown, another lane)."""
+    from sglang.srt.managers import offload_process
+
+    started = tmp_path / "started"
+    hung = tmp_path / "hung-python"
+    hung.write_text(f"#!/bin/sh\ntouch {started}\nexec sleep 600\n")
+    hung.chmod(0o755)
+    monkeypatch.setattr(offload_process.sys, "executable", str(hung))
+    monkeypatch.setattr(offload_process, "START_DEADLINE_S", 2.0)
+    tm = make_tokenizer_manager(glm_tokenizer)  # the bulk lane starts its child now
+    lock_free: List[bool] = []
+
+    async def scenario():
+        task = asyncio.create_task(tm._tokenize_texts(LARGE_TEXT))
+        while not started.exists():  # the child runs: its start is in progress on the lane
+            await asyncio.sleep(0.01)
+        lock_free.append(tm._tokenizer_processes_lock.acquire(blocking=False))
+        if lock_free[-1]:
+            tm._tokenizer_processes_lock.release()
+        return await task
+
+    before = _counts()
+    ids = asyncio.run(scenario())
+    again = asyncio.run(tm._tokenize_texts(LARGE_TEXT))[0]
+
+    assert lock_free == [True], "the process lock was held while a child started"
+    assert ids[0] == glm_tokenizer.encode(LARGE_TEXT) and again == ids[0]
+    delta = _delta(before)
+    assert delta.get("tokenizer_process.start_failures") == 1, delta
+    assert delta.get("tokenizer_process.fallbacks") == 2, delta
+    assert all(p.closed for p in tm._tokenizer_processes)
+
+
+def test_a_large_invalid_body_is_not_parsed_twice(parse_calls):
+    """orjson's own error comes from the child's parse: no second, GIL-holding parse here."""
+    body = _large_chat_body()[:-1]
+    with pytest.raises(orjson.JSONDecodeError) as expected:
+        orjson.loads(body)
+    parse_calls.clear()
+
+    with pytest.raises(orjson.JSONDecodeError) as got:
+        _parse_as_the_server_does(body)
+
+    assert parse_calls == [], f"parsed again in this process: {parse_calls}"
+    assert (str(got.value), got.value.pos) == (str(expected.value), expected.value.pos)
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_an_error_the_child_reports_keeps_the_child(parse_calls):
+    from sglang.srt.entrypoints import http_server
+
+    parser = http_server._large_body_parser
+    _one_worker(parser)
+    body = _large_chat_body()
+    _parse_as_the_server_does(body)
+    (child,) = parser._processes
+    with pytest.raises(orjson.JSONDecodeError):
+        _parse_as_the_server_does(body[:-1])
+    assert _parse_as_the_server_does(body) == orjson.loads(body)
+    assert parser._processes == [child] and not child.closed
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_a_deeply_nested_large_body_stays_in_the_child(parse_calls):
+    """A value nested 900 deep (orjson accepts 1024): pickling recurses per level."""
+    nested = b"[" * 900 + b"1" + b"]" * 900
+    body = b'{"deep": ' + nested + b', "pad": "' + b"x" * LARGE_BODY_BYTES + b'"}'
+    parse_calls.clear()
+
+    parsed = _parse_as_the_server_does(body)
+
+    assert parse_calls == [], "parsed in this process"
+    depth, value = 0, parsed["deep"]
+    while isinstance(value, list):
+        value, depth = value[0], depth + 1
+    assert (depth, value, len(parsed["pad"])) == (900, 1, LARGE_BODY_BYTES)
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_concurrent_bodies_parse_in_a_pool_of_children(parse_calls):
+    from sglang.srt.entrypoints import http_server
+
+    parser = http_server._large_body_parser
+    parser.close()
+    parser.workers = 2
+    bodies = [_large_chat_body() + b" " * i for i in range(4)]
+
+    async def parse_all():
+        from sglang.srt.entrypoints.http_server import ORJSONRequest
+
+        def request(body):
+            async def receive():
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            return ORJSONRequest({"type": "http", "method": "POST", "path": "/generate",
+                                  "headers": [], "query_string": b""}, receive)
+
+        return await asyncio.gather(*(request(b).json() for b in bodies))
+
+    expected = [orjson.loads(b) for b in bodies[:1]] * 4
+    parse_calls.clear()
+    results = asyncio.run(parse_all())
+
+    assert results == expected
+    assert [n for n in parse_calls if n >= LARGE_BODY_BYTES] == []
+    assert len(parser._processes) == 2, parser._processes
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_a_full_body_queue_answers_503_and_a_huge_body_413(parse_calls, monkeypatch):
+    from fastapi import HTTPException
+
+    from sglang.srt.entrypoints import http_server
+    from sglang.srt.managers import offload_process
+
+    body = _large_chat_body()
+    parser = http_server._large_body_parser
+    busy = parser.workers + parser.max_queued
+    offload_process.STATS.add_depth("json_process", busy)
+    try:
+        with pytest.raises(HTTPException) as full:
+            _parse_as_the_server_does(body)
+    finally:
+        offload_process.STATS.add_depth("json_process", -busy)
+    monkeypatch.setattr(http_server, "MAX_REQUEST_BODY_BYTES", len(body) - 1)
+    with pytest.raises(HTTPException) as huge:
+        _parse_as_the_server_does(body)
+
+    assert full.value.status_code == 503 and "SGLANG_JSON_PARSE_MAX_QUEUED" in full.value.detail
+    assert huge.value.status_code == 413 and "SGLANG_MAX_REQUEST_BODY_BYTES" in huge.value.detail
+    assert parse_calls == []
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_an_idle_json_child_holds_no_body(parse_calls):
+    """After a 64 MB body the idle child is back to its start-up size (target: at most 50 MiB)."""
+    from sglang.srt.entrypoints import http_server
+
+    parser = http_server._large_body_parser
+    _one_worker(parser)
+    big = orjson.dumps({"images": ["A" * (1 << 20)] * 64, "n": 1})
+    assert _parse_as_the_server_does(big)["n"] == 1
+    (child,) = parser._processes
+
+    assert _rss_kib(child.pid) <= 50 * 1024, f"idle JSON child: {_rss_kib(child.pid)} KiB"
+
+
+def test_offload_counters_are_exported_for_metrics(make_tokenizer_manager, glm_tokenizer):
+    prometheus_client = pytest.importorskip("prometheus_client")
+
+    from sglang.srt.managers import offload_process
+
+    offload_process.STATS.enable_prometheus({"model_name": "glm"})
+    tm = make_tokenizer_manager(glm_tokenizer)
+    asyncio.run(tm._tokenize_texts(LARGE_TEXT))
+
+    text = prometheus_client.generate_latest().decode()
+    line = [l for l in text.splitlines()
+            if l.startswith("sglang:offload_events_total{")
+            and 'path="tokenizer_process"' in l and 'event="uses"' in l]
+    assert line and float(line[0].rsplit(" ", 1)[1]) >= 1, text[-2000:]
+    assert "sglang:offload_queue_depth" in text
+
+
+# --- aborts during preprocessing ---------------------------------------------------------------
+
+
+@pytest.fixture
+def dispatching_glm(make_tokenizer_manager, glm_tokenizer, tmp_path, dispatch_helpers):
+    tm = make_tokenizer_manager(glm_tokenizer)
+    with dispatch_helpers.manager(tm, f"ipc://{tmp_path}/scheduler_input") as scheduler:
+        yield tm, scheduler, dispatch_helpers.submit_until_dispatch
+
+
+def _generate(text: str, rid: str):
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    obj = GenerateReqInput(text=text, rid=rid, sampling_params={"max_new_tokens": 1})
+    obj.normalize_batch_and_arguments()
+    return obj
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_abort_while_a_generate_prompt_is_on_its_lane_never_dispatches(
+    dispatching_glm, hold_factory, monkeypatch
+):
+    """abort_request(rid) while the prompt is tokenized on its lane: the scheduler gets neither an
+    AbortReq (it would ignore it: the rid is unknown there) nor the request; the next request is
+    the first thing it reads, and the aborted one ends as `abort`."""
+    from transformers import PreTrainedTokenizerFast
+
+    from sglang.srt.managers.io_struct import AbortReq
+
+    tm, scheduler, submit_until_dispatch = dispatching_glm
+    hold = hold_factory()
+    text = SENTENCE * 2000  # 120 K characters: the bulk lane, encoded on its thread
+    real = PreTrainedTokenizerFast.__call__
+
+    def held(self, *args, **kwargs):
+        if args and args[0] in (text, [text]):
+            hold()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainedTokenizerFast, "__call__", held)
+
+    async def scenario():
+        task = asyncio.create_task(submit_until_dispatch(tm, _generate(text, "early")))
+        await hold.wait_started()
+        tm.abort_request("early")
+        hold.released.set()
+        await task
+        await submit_until_dispatch(tm, _generate("hello", "after"))
+
+    asyncio.run(scenario())
+
+    received = scheduler.receive()
+    assert not isinstance(received, AbortReq), "an AbortReq reached the scheduler first"
+    assert received.rid == "after", f"the scheduler got {received.rid!r} first"
+    state = tm.rid_to_state.get("early")
+    assert state is None or state.out_list[-1]["meta_info"]["finish_reason"]["type"] == "abort"
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_abort_during_the_chat_conversion_never_dispatches(
+    dispatching_glm, hold_factory, monkeypatch
+):
+    """With one tokenizer worker, an abort of a chat request whose template still renders (its
+    rid not yet known to the manager) was dropped and the request then ran."""
+    from test_request_preprocessing_off_loop import HeldTokenizer
+
+    from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
+    from sglang.srt.managers.io_struct import AbortReq
+
+    tm, scheduler, submit_until_dispatch = dispatching_glm
+    hold = hold_factory()
+    tm.tokenizer = HeldTokenizer(tm.tokenizer, hold)
+    tm.shutdown_request_preprocessing()
+    tm.init_request_preprocessing()  # the lanes copy the held tokenizer
+
+    class DispatchingChat(OpenAIServingChat):
+        async def _handle_non_streaming_request(self, adapted_request, request, raw_request):
+            adapted_request.normalize_batch_and_arguments()
+            await submit_until_dispatch(tm, adapted_request)
+            return tm.rid_to_state.get(adapted_request.rid)
+
+    serving = DispatchingChat(tm, TemplateManager())
+
+    async def scenario():
+        task = asyncio.create_task(
+            serving.handle_request(_chat("hello there", rid="chat-early"), RawRequest(200))
+        )
+        await hold.wait_started()
+        tm.abort_request("chat-early")
+        hold.released.set()
+        await task
+        hold.released.set()
+        await submit_until_dispatch(tm, _generate("hello", "after"))
+
+    asyncio.run(scenario())
+
+    received = scheduler.receive()
+    assert not isinstance(received, AbortReq), "an AbortReq reached the scheduler first"
+    assert received.rid == "after", f"the scheduler got {received.rid!r} first"
+
+
+# --- 0.5.19's contracts the patch keeps ---------------------------------------------------------
+
+
+@pytest.mark.detects_previous_v3
+def test_sock_send_is_send_pyobj_for_every_other_process(monkeypatch):
+    """Only the off-loop dispatch sends pre-encoded bytes; sock_send, which every sglang process
+    uses, is 0.5.19's send_pyobj."""
+    from sglang.srt.managers import io_struct
+
+    monkeypatch.setattr(io_struct, "_USE_PICKLE_IPC", True)
+    calls: List[str] = []
+
+    class Socket:
+        def send_pyobj(self, obj, flags=0, protocol=None):
+            calls.append("send_pyobj")
+
+        def send(self, data, flags=0, copy=True):
+            calls.append("send")
+
+    io_struct.sock_send(Socket(), {"x": 1})
+    assert calls == ["send_pyobj"]
+
+
+@pytest.mark.detects_previous_v3
+def test_library_mode_keeps_the_switch_interval(make_tokenizer_manager, glm_tokenizer):
+    """An Engine in library mode builds the tokenizer manager too: the process-wide GIL switch
+    interval is the HTTP server's choice (launch_server), not the manager's."""
+    import sys
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)  # CPython's default
+    try:
+        make_tokenizer_manager(glm_tokenizer)
+        assert sys.getswitchinterval() == 0.005
+    finally:
+        sys.setswitchinterval(before)

@@ -186,13 +186,13 @@ def test_event_loop_runs_while_conversion_is_held(make_tokenizer_manager, hold_f
 
 @pytest.mark.detects_stock_bug
 def test_health_answers_through_asgi_while_chat_conversion_is_held(
-    make_tokenizer_manager, hold_factory, tiny_tokenizer, monkeypatch
+    make_tokenizer_manager, hold_factory, glm_tokenizer, monkeypatch
 ):
     # /health without the generate round trip (no scheduler here): it answers as soon as the
     # loop runs its handler, which is exactly what the fleet's probe measures.
     monkeypatch.setenv("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "false")
     hold = hold_factory()
-    tm = make_tokenizer_manager(HeldTokenizer(tiny_tokenizer, hold))
+    tm = make_tokenizer_manager(HeldTokenizer(glm_tokenizer, hold))
     tm.gracefully_exit = False
     tm.server_status = ServerStatus.Up
     monkeypatch.setattr(http_server, "_global_state", SimpleNamespace(tokenizer_manager=tm))
@@ -228,16 +228,16 @@ def test_health_answers_through_asgi_while_chat_conversion_is_held(
 
 @pytest.mark.detects_stock_bug
 def test_tokenize_texts_runs_off_the_event_loop(
-    make_tokenizer_manager, hold_factory, tiny_tokenizer
+    make_tokenizer_manager, hold_factory, glm_tokenizer
 ):
     hold = hold_factory()
-    tm = make_tokenizer_manager(HeldTokenizer(tiny_tokenizer, hold))
+    tm = make_tokenizer_manager(HeldTokenizer(glm_tokenizer, hold))
 
     input_ids, token_type_ids = asyncio.run(
         hold.run_released_by_loop(tm._tokenize_texts("hello world"))
     )
 
-    assert input_ids == tiny_tokenizer("hello world")["input_ids"]
+    assert input_ids == glm_tokenizer("hello world")["input_ids"]
     assert token_type_ids is None
     _assert_off_loop(hold, "the tokenizer call in _tokenize_texts")
 
@@ -281,10 +281,10 @@ async def _tokenize_messages_call(tm: Any) -> Any:
     ids=["anthropic-messages", "anthropic-count-tokens", "tokenize-messages"],
 )
 def test_other_entrypoints_render_templates_off_the_loop(
-    call, make_tokenizer_manager, hold_factory, tiny_tokenizer
+    call, make_tokenizer_manager, hold_factory, glm_tokenizer
 ):
     hold = hold_factory()
-    tm = make_tokenizer_manager(HeldTokenizer(tiny_tokenizer, hold))
+    tm = make_tokenizer_manager(HeldTokenizer(glm_tokenizer, hold))
 
     asyncio.run(hold.run_released_by_loop(call(tm)))
 
@@ -292,7 +292,7 @@ def test_other_entrypoints_render_templates_off_the_loop(
 
 
 def test_responses_renders_templates_off_the_loop(
-    make_tokenizer_manager, hold_factory, tiny_tokenizer
+    make_tokenizer_manager, hold_factory, glm_tokenizer
 ):
     """Unmarked: the Responses module needs openai_harmony, which the image does not ship (its
     /v1/responses is disabled there), so this test is skipped in the image."""
@@ -301,7 +301,7 @@ def test_responses_renders_templates_off_the_loop(
     from sglang.srt.entrypoints.openai.serving_responses import OpenAIServingResponses
 
     hold = hold_factory()
-    tm = make_tokenizer_manager(HeldTokenizer(tiny_tokenizer, hold))
+    tm = make_tokenizer_manager(HeldTokenizer(glm_tokenizer, hold))
     serving = object.__new__(OpenAIServingResponses)
     OpenAIServingChat.__init__(serving, tm, TemplateManager())
     request = ResponsesRequest(model="tiny", input="hi")
@@ -315,7 +315,7 @@ def test_responses_renders_templates_off_the_loop(
 
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
-def test_chat_validation_runs_off_the_loop(make_tokenizer_manager, tiny_tokenizer, hold_factory):
+def test_chat_validation_runs_off_the_loop(make_tokenizer_manager, glm_tokenizer, hold_factory):
     """Chat validation checks each tool's JSON schema (jsonschema): seconds for many large
     tools. It runs on the worker, together with the conversion."""
     hold = hold_factory()
@@ -325,7 +325,7 @@ def test_chat_validation_runs_off_the_loop(make_tokenizer_manager, tiny_tokenize
             hold()
             return super()._validate_request(request)
 
-    serving = HeldValidation(make_tokenizer_manager(tiny_tokenizer), TemplateManager())
+    serving = HeldValidation(make_tokenizer_manager(glm_tokenizer), TemplateManager())
 
     result = asyncio.run(
         hold.run_released_by_loop(serving.handle_request(_chat("hi", tools=TOOLS), None))
@@ -337,11 +337,11 @@ def test_chat_validation_runs_off_the_loop(make_tokenizer_manager, tiny_tokenize
 
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
-def test_score_tokenizes_off_the_loop(make_tokenizer_manager, tiny_tokenizer, hold_factory):
+def test_score_tokenizes_off_the_loop(make_tokenizer_manager, glm_tokenizer, hold_factory):
     """Multi-item scoring tokenizes the query and every item itself (single-item scoring sends
     text to generate_request, i.e. through _tokenize_texts)."""
     hold = hold_factory()
-    tm = make_tokenizer_manager(HeldTokenizer(tiny_tokenizer, hold, hold_encode=True))
+    tm = make_tokenizer_manager(HeldTokenizer(glm_tokenizer, hold, hold_encode=True))
     tm.is_generation = True
     tm.server_args.enable_mis = True
     generated: List[Any] = []
@@ -374,11 +374,11 @@ class _Stop(Exception):
 
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
-def test_workers_and_loop_each_own_a_tokenizer(make_tokenizer_manager, tiny_tokenizer):
+def test_workers_and_loop_each_own_a_tokenizer(make_tokenizer_manager, glm_tokenizer):
     """Deterministic form of the race: the object a worker tokenizes with is never the one the
     loop (stop strings, logprob decodes, the inline multimodal processor) uses, and the two lanes
     have different ones."""
-    tm = make_tokenizer_manager(tiny_tokenizer)
+    tm = make_tokenizer_manager(glm_tokenizer)
     seen: Dict[str, Any] = {}
 
     def convert_with(lane: str):
@@ -396,12 +396,12 @@ def test_workers_and_loop_each_own_a_tokenizer(make_tokenizer_manager, tiny_toke
 
     asyncio.run(scenario())
 
-    assert seen["loop"] is tiny_tokenizer
-    assert seen["bulk"] is not tiny_tokenizer, "the bulk worker tokenizes with the loop's object"
-    assert seen["small"] is not tiny_tokenizer, "the small worker tokenizes with the loop's object"
+    assert seen["loop"] is glm_tokenizer
+    assert seen["bulk"] is not glm_tokenizer, "the bulk worker tokenizes with the loop's object"
+    assert seen["small"] is not glm_tokenizer, "the small worker tokenizes with the loop's object"
     assert seen["bulk"] is not seen["small"], "the two lanes share one tokenizer object"
     text = "hello world " * 10
-    assert seen["bulk"].encode(text) == seen["small"].encode(text) == tiny_tokenizer.encode(text)
+    assert seen["bulk"].encode(text) == seen["small"].encode(text) == glm_tokenizer.encode(text)
 
 
 def _padding_load_on_loop(tokenizer: Any, errors: List[str], stop: asyncio.Event):
@@ -425,14 +425,14 @@ def _padding_load_on_loop(tokenizer: Any, errors: List[str], stop: asyncio.Event
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 def test_padding_calls_on_the_loop_while_the_worker_converts(
-    make_tokenizer_manager, tiny_tokenizer
+    make_tokenizer_manager, glm_tokenizer
 ):
     """Real `tokenizers`, no mocks: the loop keeps calling the tokenizer with padding=True while
     the worker encodes a 1 MB prompt; neither side may ever see "Already borrowed"."""
-    tokenizer = copy.deepcopy(tiny_tokenizer)
+    tokenizer = copy.deepcopy(glm_tokenizer)
     tm = make_tokenizer_manager(tokenizer)
     text = "lorem ipsum dolor sit amet " * 40000
-    expected = tiny_tokenizer(text)["input_ids"]
+    expected = glm_tokenizer(text)["input_ids"]
     errors: List[str] = []
 
     async def scenario():
@@ -458,12 +458,12 @@ def test_padding_calls_on_the_loop_while_the_worker_converts(
 
 @pytest.mark.detects_previous_v3
 def test_tools_prompt_stays_byte_identical_under_padding_load(
-    make_tokenizer_manager, tiny_tokenizer
+    make_tokenizer_manager, glm_tokenizer
 ):
     """A tool-calling chat converted while the loop makes processor-style padding calls: the
     prompt must be the one rendered with the request's tools, every time (0.5.19 retries any
     error with the tools flattened, which silently serves a different prompt)."""
-    tokenizer = copy.deepcopy(tiny_tokenizer)
+    tokenizer = copy.deepcopy(glm_tokenizer)
     tokenizer.chat_template = TOOLS_TEMPLATE
     tm = make_tokenizer_manager(tokenizer)
     serving = ChatServing(tm, TemplateManager())
@@ -531,9 +531,9 @@ class RaisingOnceTokenizer(HeldTokenizer):
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 def test_a_tokenizer_error_never_retries_with_flattened_tools(
-    make_tokenizer_manager, tiny_tokenizer
+    make_tokenizer_manager, glm_tokenizer
 ):
-    tokenizer = copy.deepcopy(tiny_tokenizer)
+    tokenizer = copy.deepcopy(glm_tokenizer)
     tokenizer.chat_template = TOOLS_TEMPLATE
     wrapped = RaisingOnceTokenizer(tokenizer)
     tm = make_tokenizer_manager(wrapped)
@@ -550,6 +550,64 @@ def test_a_tokenizer_error_never_retries_with_flattened_tools(
     assert result.status_code == 500, result.body
     assert b"Already borrowed" in result.body, result.body
     assert wrapped._state["renders"] == 1, wrapped._state
+
+
+@pytest.mark.detects_previous_v3
+@pytest.mark.parametrize("error", [RuntimeError, NotImplementedError, RecursionError])
+def test_a_template_rejecting_wrapped_tools_is_retried_flat_as_0_5_19(
+    error, make_tokenizer_manager, glm_tokenizer
+):
+    """A template that raises for OpenAI-wrapped tools (whatever the exception) gets the flat
+    function-only tools, as 0.5.19 retries them; the encode stays outside that retry."""
+    tokenizer = copy.deepcopy(glm_tokenizer)
+    tokenizer.chat_template = (
+        "{% for t in tools or [] %}{% if t.function is defined %}"
+        "{{ raise_exception('wrapped') }}{% endif %}{{ t.name }}{% endfor %}"
+        "{% for m in messages %}{{ m.content }}{% endfor %}"
+    )
+    real_render = type(tokenizer).apply_chat_template
+
+    class Rejecting(type(tokenizer)):
+        def apply_chat_template(self, *args, **kwargs):
+            tools = kwargs.get("tools") or []
+            if any("function" in t for t in tools):
+                raise error("this template wants flat tools")
+            return real_render(self, *args, **kwargs)
+
+    tokenizer.__class__ = Rejecting
+    serving = ChatServing(make_tokenizer_manager(tokenizer), TemplateManager())
+
+    result = asyncio.run(serving.handle_request(_chat("weather?", tools=TOOLS), None))
+
+    assert isinstance(result, dict), f"not retried with flat tools: {getattr(result, 'body', result)!r}"
+    assert glm_tokenizer.decode(result["input_ids"]).endswith("get_weatherweather?"), (
+        glm_tokenizer.decode(result["input_ids"])
+    )
+
+
+@pytest.mark.detects_previous_v3
+def test_anthropic_serving_with_a_chat_layer_without_the_new_method(
+    make_tokenizer_manager, glm_tokenizer
+):
+    """A chat serving object built on 0.5.19 (a subclass or a double without _run_preprocessing)
+    still serves count_tokens: the Anthropic layer runs the step inline, as 0.5.19."""
+
+    class OldChat:
+        def __init__(self, chat):
+            self._chat = chat
+
+        def __getattr__(self, name):
+            if name == "_run_preprocessing":
+                raise AttributeError(name)
+            return getattr(self._chat, name)
+
+    tm = make_tokenizer_manager(glm_tokenizer)
+    serving = AnthropicServing(OldChat(ChatServing(tm, TemplateManager())))
+    request = AnthropicCountTokensRequest(**_anthropic_messages())
+
+    response = asyncio.run(serving.handle_count_tokens(request, RawRequest(SMALL_BYTES)))
+
+    assert response.status_code == 200, response.body
 
 
 # --- lanes -----------------------------------------------------------------------------------
@@ -584,7 +642,7 @@ def test_small_request_does_not_wait_behind_a_bulk_conversion(
 
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
-def test_each_lane_runs_one_call_at_a_time_in_order(make_tokenizer_manager, tiny_tokenizer):
+def test_each_lane_runs_one_call_at_a_time_in_order(make_tokenizer_manager, glm_tokenizer):
     """Per tokenizer object, never two calls at once; per lane, FIFO."""
     lock = threading.Lock()
     active: Dict[int, int] = {}
@@ -603,7 +661,7 @@ def test_each_lane_runs_one_call_at_a_time_in_order(make_tokenizer_manager, tiny
                 ran.append((threading.current_thread().name, texts[0]))
             return self._tokenizer(texts, **kwargs)
 
-    tm = make_tokenizer_manager(CountingTokenizer(tiny_tokenizer, lambda: None))
+    tm = make_tokenizer_manager(CountingTokenizer(glm_tokenizer, lambda: None))
     small_texts = [f"small {i}" for i in range(4)]
     bulk_texts = [f"bulk {i} " + "x" * 70_000 for i in range(3)]
 
@@ -664,12 +722,12 @@ def test_cancelled_conversion_never_overlaps_the_next(make_tokenizer_manager, ho
 
 
 @pytest.mark.detects_previous_v3
-def test_manager_without_the_new_method_still_serves_with_one_warning(tiny_tokenizer, caplog):
+def test_manager_without_the_new_method_still_serves_with_one_warning(glm_tokenizer, caplog):
     """A tokenizer manager without run_request_preprocessing (a subclass or another frontend
     written for 0.5.19): requests are converted inline, as in 0.5.19, after one warning."""
     caplog.set_level(logging.WARNING)
     tm = SimpleNamespace(
-        tokenizer=tiny_tokenizer,
+        tokenizer=glm_tokenizer,
         server_args=SimpleNamespace(tokenizer_metrics_allowed_custom_labels=None),
         request_logger=SimpleNamespace(log_requests=False, log_requests_level=0),
     )
@@ -689,12 +747,12 @@ def test_manager_without_the_new_method_still_serves_with_one_warning(tiny_token
 # --- behaviour kept --------------------------------------------------------------------------
 
 
-def test_preprocessing_sees_the_callers_contextvars(make_tokenizer_manager, tiny_tokenizer):
+def test_preprocessing_sees_the_callers_contextvars(make_tokenizer_manager, glm_tokenizer):
     request_tag: contextvars.ContextVar[str] = contextvars.ContextVar("request_tag")
     seen: List[Tuple[str, str]] = []
 
     class TaggingTokenizer(HeldTokenizer):
-        def __init__(self, tokenizer: Any = tiny_tokenizer, hold: Any = None, is_fast=True):
+        def __init__(self, tokenizer: Any = glm_tokenizer, hold: Any = None, is_fast=True):
             super().__init__(
                 tokenizer, lambda: seen.append(("tokenize", request_tag.get("<unset>")))
             )
@@ -722,12 +780,12 @@ def test_preprocessing_sees_the_callers_contextvars(make_tokenizer_manager, tiny
     ], seen
 
 
-def test_token_ids_match_the_tokenizer(make_tokenizer_manager, tiny_tokenizer):
+def test_token_ids_match_the_tokenizer(make_tokenizer_manager, glm_tokenizer):
     long_text = " ".join(["lorem ipsum dolor sit amet"] * 40000)  # ~1 MB
     texts = ["hello world", "another prompt", long_text]
     pairs = [["query text", "document text"]]
-    fast = make_tokenizer_manager(tiny_tokenizer)
-    slow = make_tokenizer_manager(SlowTokenizer(tiny_tokenizer))
+    fast = make_tokenizer_manager(glm_tokenizer)
+    slow = make_tokenizer_manager(SlowTokenizer(glm_tokenizer))
 
     async def scenario():
         return (
@@ -739,23 +797,23 @@ def test_token_ids_match_the_tokenizer(make_tokenizer_manager, tiny_tokenizer):
 
     single, batch, cross, slow_batch = asyncio.run(scenario())
 
-    assert single == (tiny_tokenizer(long_text)["input_ids"], None)
-    assert batch == (tiny_tokenizer(texts)["input_ids"], None)
-    expected_pairs = tiny_tokenizer(pairs, return_token_type_ids=True)
+    assert single == (glm_tokenizer(long_text)["input_ids"], None)
+    assert batch == (glm_tokenizer(texts)["input_ids"], None)
+    expected_pairs = glm_tokenizer(pairs, return_token_type_ids=True)
     assert cross == (expected_pairs["input_ids"][0], expected_pairs["token_type_ids"][0])
-    assert slow_batch == ([tiny_tokenizer.encode(t) for t in texts], None)
+    assert slow_batch == ([glm_tokenizer.encode(t) for t in texts], None)
 
 
-def test_chat_token_ids_match_the_inline_conversion(make_tokenizer_manager, tiny_tokenizer):
+def test_chat_token_ids_match_the_inline_conversion(make_tokenizer_manager, glm_tokenizer):
     content = " ".join(["tell me about the weather"] * 5000)
-    serving = ChatServing(make_tokenizer_manager(tiny_tokenizer), TemplateManager())
+    serving = ChatServing(make_tokenizer_manager(glm_tokenizer), TemplateManager())
 
     result = asyncio.run(serving.handle_request(_chat(content), None))
     inline, _ = serving._convert_to_internal_request(_chat(content), None)
 
     assert isinstance(result, dict), f"handle_request returned an error: {result!r}"
-    rendered = tiny_tokenizer.apply_chat_template(
+    rendered = glm_tokenizer.apply_chat_template(
         [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
     )
     assert result["input_ids"] == list(inline.input_ids)
-    assert result["input_ids"] == tiny_tokenizer.encode(rendered)
+    assert result["input_ids"] == glm_tokenizer.encode(rendered)
