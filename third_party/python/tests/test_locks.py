@@ -49,7 +49,7 @@ def test_in_file_pins_are_what_the_lock_holds(lock: str) -> None:
             if version:
                 assert entries[key]["version"] == version, (
                     f"{in_file.name} pins {name}=={version} but {lock}.lock has {entries[key]['version']}; "
-                    f"run `./tools/bazel run //third_party/python:lock -- {lock}`"
+                    f"run `./tools/bazel run //third_party/python:lock -- {lock} --upgrade-package {key}`"
                 )
 
 
