@@ -1,6 +1,8 @@
-"""The quick mode's pass/fail rule (issue 8, "Done means")."""
+"""The quick mode's pass/fail rule (issue 8, "Done means"), and the v3 offload counters."""
 
 from __future__ import annotations
+
+from lab.offload import offload_failures
 
 QUICK_REQUESTS = ("chat_4.7MB", "generate_5MB")
 V3_WORST_BELOW_MS = 250.0
@@ -11,7 +13,10 @@ def quick_failures(results: dict, requests: tuple[str, ...] = QUICK_REQUESTS) ->
     """Why `results` fails the quick rule (empty when it passes).
 
     On each request: v3's worst probe < 250 ms, stock's > 1,000 ms, and the same prompt_tokens
-    on both arms (both servers tokenized the same bytes the same way).
+    on both arms (both servers tokenized the same bytes the same way). And on v3, by its own
+    /metrics counters (results["offload"]["v3"], lab/offload.py): in every phase that sent large
+    prompts, tokenizer_process.uses grew by at least their number and tokenizer_process.fallbacks
+    did not grow; counters missing on v3 fail too.
     """
     by_name = {entry["name"]: entry for entry in results.get("requests", [])}
     failures = []
@@ -30,6 +35,8 @@ def quick_failures(results: dict, requests: tuple[str, ...] = QUICK_REQUESTS) ->
             failures.append(f"{name}: stock worst probe {stock['worst_ms']:.0f} ms, expected > {STOCK_WORST_ABOVE_MS:.0f} ms")
         if stock["prompt_tokens"] != v3["prompt_tokens"]:
             failures.append(f"{name}: prompt_tokens differ: stock {stock['prompt_tokens']}, v3 {v3['prompt_tokens']}")
+    if any("v3" in entry for entry in results.get("requests", [])):
+        failures += offload_failures(results, "v3")
     return failures
 
 

@@ -9,17 +9,24 @@ plugin, a /health prober process (every 10 ms by default), py-spy sampling the s
 client sending seeded synthetic requests one at a time, optionally a flood of new multi-MB
 conversations (--flood-minutes), then a mixed-traffic phase (tool chats, small chats, image chats and large
 image requests at once) on the vision server with the inline multimodal processor. A first
-short container trains the tiny model directories every arm then mounts read-only.
+short container writes the tiny model directories every arm then mounts read-only, with the
+GLM-class tokenizer (patches/v3/tests/glm_tokenizer.py: 151,552 tokens, backend JSON 5.2 MiB)
+by default, or --tokenizer small (the 8,000-token BPE of the runs before it).
 
-Writes to --out: results.json ({"requests": [...]}, the agreed shape), results.md (tables),
+Every server runs with --enable-metrics; its /metrics is scraped after each phase, and the v3
+engine's offload counters (sglang:offload_events_total{path,event}) go into results.json
+("offload": per arm and phase, the counters' deltas) and the report.
+
+Writes to --out: results.json ({"requests": [...]}, the agreed shape, plus "tokenizer" and
+"offload"), results.md (tables),
 health-stall.png, flood.json / flood.png, mixed.json / mixed.png, dispatch.json,
 attribution.json (the code that ran during every probe over 20 ms), run.json (images,
 commands, clean-up facts) and arms/<arm>/ (raw probes, profiles, logs).
 
 --quick: the ~4.7 MB chat and the 5 MB /generate, no mixed phase (a few minutes).
 --check: exit 1 unless the quick rule holds (v3 worst < 250 ms, stock worst > 1,000 ms,
-identical prompt_tokens). --same-image runs the stock image in the v3 arm too, to see the
-check fail.
+identical prompt_tokens; on v3 every large prompt encoded by the tokenizer child, by its
+counters). --same-image runs the stock image in the v3 arm too, to see the check fail.
 """
 
 from __future__ import annotations
@@ -36,12 +43,16 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from lab import attribution, checks, report, results, traffic
+from lab import attribution, checks, offload, report, results, traffic
 from lab.container import Container, ContainerError, Podman
 from tools.oci.ocilayout import LayoutError, find_layout, parse_blob_args, read_layout
 from tools.podman.spec import Mount, default_cache_root
 
 IN_CONTAINER = Path(__file__).resolve().parent / "in_container"
+# Staged beside the in_container files (a data dependency of the binary: //patches:v3/tests/...),
+# so model_dir.py imports it in every arm's image, not only in v3's, which also carries it.
+GLM_TOKENIZER = Path("patches/v3/tests/glm_tokenizer.py")
+TOKENIZERS = ("glm", "small")  # in_container/model_dir.py TOKENIZERS; glm is the default
 BASELINE = "stock"  # the arm whose prompts the others are compared with
 FULL_REQUESTS = ["chat_4.7MB", "generate_5MB", "small_chat_during_5MB", "multimodal_64x9MP", "multimodal_16x48MP"]
 LAB_DIR, MODEL_DIR, VISION_MODEL_DIR, OUT_DIR = "/lab", "/model", "/vision-model", "/out"
@@ -63,10 +74,34 @@ def _interrupt(signum, frame) -> None:
     raise _Interrupted(f"signal {signum}")
 
 
+def glm_tokenizer_file() -> Path:
+    """patches/v3/tests/glm_tokenizer.py among the runfiles (else beside the resolved sources)."""
+    here = Path(__file__)
+    candidates = [base / GLM_TOKENIZER for base in (here.absolute().parent.parent, here.resolve().parent.parent)]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise UsageError(f"{GLM_TOKENIZER} not found (looked at {[str(c) for c in candidates]});"
+                     " is it in the binary's data?")
+
+
 def _stage_lab_files(dest: Path) -> Path:
-    """Copies lab/in_container (dereferencing Bazel's runfiles symlinks) for a read-only mount."""
+    """Copies lab/in_container and glm_tokenizer.py (dereferencing Bazel's runfiles symlinks) for a
+    read-only mount."""
     shutil.copytree(IN_CONTAINER, dest, symlinks=False, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copyfile(glm_tokenizer_file(), dest / GLM_TOKENIZER.name)
     return dest
+
+
+def models_match(models: Path, tokenizer: str) -> bool:
+    """Whether a previous run's model directories in --out have this tokenizer (else remade)."""
+    for model in ("text", "vision"):
+        try:
+            if json.loads((models / model / results.TOKENIZER_MANIFEST).read_text())["name"] != tokenizer:
+                return False
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+    return (models / "vision" / "processor_config.json").is_file()
 
 
 def _shm_entries() -> list[str]:
@@ -168,6 +203,8 @@ def session_command(args: argparse.Namespace, requests: list[str]) -> list[str]:
         command += ["--mixed-minutes", str(args.mixed_minutes)]
     if not args.no_profile:
         command += ["--py-spy", f"{TOOLS_DIR}/py-spy", "--profile-rate-hz", str(args.profile_rate_hz)]
+    if args.no_metrics:
+        command += ["--no-metrics"]
     return command
 
 
@@ -194,6 +231,10 @@ def write_outputs(args: argparse.Namespace, out: Path, requests: list[str], arms
     arm_dirs = {arm: out / "arms" / arm for arm in arms}
     per_arm = {arm: results.arm_request_stats(arm_dirs[arm]) for arm in arms}
     summary = results.combine(per_arm, arms) if requests else {"requests": []}
+    tokenizer = results.load_tokenizers(out / "models")
+    if tokenizer:
+        summary["tokenizer"] = tokenizer
+    summary["offload"] = {arm: offload.arm_offload(results.load_session(arm_dirs[arm])) for arm in arms}
     results.validate(summary, arms)
     (out / "results.json").write_text(json.dumps(summary, indent=1) + "\n")
     table = report.markdown_table(summary, arms) if requests else ""
@@ -237,10 +278,12 @@ def write_outputs(args: argparse.Namespace, out: Path, requests: list[str], arms
             mixed_windows[arm] = [("mixed traffic", record["start"], record["end"])]
         report.timeline_chart(out / "mixed.png", mixed_probes, mixed_windows,
                               f"/health during {args.mixed_minutes:g} min of mixed traffic (probe every {interval})")
+    table += "\n" + report.offload_table(summary["offload"], arms)
     if requests or args.mixed_minutes > 0:
         dispatch_all = json.loads((out / "dispatch.json").read_text()) if requests else {}
         mixed_all = json.loads((out / "mixed.json").read_text()) if args.mixed_minutes > 0 else {}
         table = report.targets_table(summary, dispatch_all, mixed_all, arms, BASELINE) + "\n" + table
+    table = report.tokenizer_section(tokenizer) + "\n" + table
     if not args.no_profile:
         attributed = {arm: attribute_arm(arm_dirs[arm]) for arm in arms}
         (out / "attribution.json").write_text(json.dumps(attributed, indent=1) + "\n")
@@ -280,6 +323,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--profile-rate-hz", type=int, default=100, help="py-spy samples per second (default: 100)")
     parser.add_argument("--flood-rps", type=float, default=0.5)
     parser.add_argument("--flood-bytes", type=int, default=3_000_000)
+    parser.add_argument("--tokenizer", choices=TOKENIZERS, default="glm",
+                        help="the model directories' tokenizer: glm, the GLM-class fixture (default), or small,"
+                             " the 8,000-token BPE of the runs before it")
+    parser.add_argument("--no-metrics", action="store_true",
+                        help="servers without --enable-metrics: no offload counters (the quick rule then fails on v3)")
     parser.add_argument("--check", action="store_true", help="exit 1 unless the quick rule holds")
     parser.add_argument("--same-image", action="store_true", help="run the stock image in the v3 arm too")
     parser.add_argument("--image", action="append", default=[], metavar="ARM=LAYOUT", help="set by bazel run")
@@ -306,7 +354,7 @@ def main(argv: list[str]) -> int:
     shm_before = _shm_entries()
     lab = None
     staging = None
-    facts: dict = {"command": ["health_stall", *argv], "out": str(out), "arms": {}}
+    facts: dict = {"command": ["health_stall", *argv], "out": str(out), "arms": {}, "tokenizer": args.tokenizer}
     code = 1
     try:
         images = _images(args)
@@ -332,14 +380,16 @@ def main(argv: list[str]) -> int:
                                   "layout": str(images[arm].layout)}
         print(f"health_stall: images loaded ({time.monotonic() - started:.0f} s); output in {out}", flush=True)
 
-        # Made once, in the stock image if it runs (each image has `tokenizers`), mounted read-only in every arm.
+        # Made once, in the stock image if it runs (each image has `tokenizers` and `transformers`),
+        # mounted read-only in every arm; remade when --out holds another tokenizer's.
         models = out / "models"
-        if not (models / "vision" / "processor_config.json").is_file():
+        if not models_match(models, args.tokenizer):
             shutil.rmtree(models, ignore_errors=True)
             models.mkdir(parents=True)
             code_model = lab.run_container(
                 image_ids[BASELINE if BASELINE in arms else arms[0]], "models",
-                ["python3", f"{LAB_DIR}/model_dir.py", "--text", f"{OUT_DIR}/text", "--vision", f"{OUT_DIR}/vision"],
+                ["python3", f"{LAB_DIR}/model_dir.py", "--text", f"{OUT_DIR}/text", "--vision", f"{OUT_DIR}/vision",
+                 "--tokenizer", args.tokenizer],
                 [Mount(lab_files, LAB_DIR), Mount(models, OUT_DIR, read_only=False)], 300.0, out / "models.log")
             if code_model != 0:
                 raise ContainerError(f"making the model directories failed (exit {code_model}); see {out / 'models.log'}")

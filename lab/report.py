@@ -120,6 +120,67 @@ def attribution_section(attributed: dict[str, dict[str, dict]], top: int = 3) ->
     return "\n".join(lines) + "\n"
 
 
+def _bytes(n: int) -> str:
+    return f"{n:,} bytes ({n / 2**20:.1f} MiB)"
+
+
+def tokenizer_section(tokenizer: dict | None) -> str:
+    """Which tokenizer the model directories had: name, vocabulary, backend JSON size."""
+    if not tokenizer:
+        return "Tokenizer: not recorded (model directories without lab_tokenizer.json).\n"
+    text = tokenizer.get("text") or next(iter(tokenizer.values()))
+    lines = [
+        f"Tokenizer: **{text['name']}**, vocabulary {text['vocab_size']:,}, backend JSON"
+        f" {_bytes(text['backend_json_bytes'])} (`{text.get('source', '?')}`, seed {text.get('seed', '?')}).",
+        "",
+        "| Model | Tokenizer | Vocabulary | Backend JSON (`to_str()`) | tokenizer.json | Chat template | Extra tokens |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
+    for model, m in tokenizer.items():
+        extra = ", ".join(f"`{t}`" for t in m.get("extra_tokens") or []) or "none"
+        size = m.get("tokenizer_json_bytes")
+        lines.append(f"| {model} | {m['name']} | {m['vocab_size']:,} | {_bytes(m['backend_json_bytes'])}"
+                     f" | {_bytes(size) if isinstance(size, int) else '?'} | {m.get('chat_template', '?')} | {extra} |")
+    return "\n".join(lines) + "\n"
+
+
+def offload_table(offload: dict, arms: tuple[str, ...]) -> str:
+    """The offload counters' deltas per arm and phase (sglang:offload_events_total on /metrics)."""
+    from lab.offload import EVENTS, PATHS, path_events
+
+    short = {"tokenizer_process": "tokenizer process", "json_process": "JSON process",
+             "preprocessing_lane_bulk": "lane bulk", "preprocessing_lane_small": "lane small"}
+    lines = [
+        "Offload counters: deltas of `sglang:offload_events_total` over each phase, read from the server's"
+        f" /metrics; each cell is {' / '.join(e.replace('_', ' ') for e in EVENTS)}. Large prompts: over the"
+        " tokenizer process threshold (256 Ki characters); large bodies: over 1 MiB.",
+        "",
+        "| Arm | Phase | Requests (large prompts / large bodies) | " + " | ".join(short[p] for p in PATHS)
+        + " | Queue depth after |",
+        "|---|---|---:|" + "---:|" * len(PATHS) + "---|",
+    ]
+    for arm in arms:
+        record = offload.get(arm)
+        if record is None:
+            lines.append(f"| {arm} | - | - | not recorded |" + " - |" * (len(PATHS) - 1) + " - |")
+            continue
+        if not record["phases"]:
+            reason = "metrics on" if record["metrics_enabled"] else f"metrics off: {record['reason']}"
+            lines.append(f"| {arm} | - | - | no phase scraped ({reason}) |" + " - |" * (len(PATHS) - 1) + " - |")
+            continue
+        for name, phase in record["phases"].items():
+            counts = f"{phase['requests']} ({phase['large_prompts']} / {phase['large_bodies']})"
+            delta = phase["delta"]
+            if delta is None:
+                lines.append(f"| {arm} | {name} | {counts} | absent: {phase['counters']} |"
+                             + " - |" * (len(PATHS) - 1) + " - |")
+                continue
+            cells = [" / ".join(f"{v:g}" for v in path_events(delta, p)) for p in PATHS]
+            depth = ", ".join(f"{k}: {v:g}" for k, v in (phase["queue_depth_after"] or {}).items()) or "-"
+            lines.append(f"| {arm} | {name} | {counts} | " + " | ".join(cells) + f" | {depth} |")
+    return "\n".join(lines) + "\n"
+
+
 def flood_table(flood: dict[str, FloodStats], rps: float, minutes: float, body_bytes: int) -> str:
     lines = [
         f"Flood: a new {body_bytes / 1e6:.1f} MB conversation every {1 / rps:.0f} s for {minutes:g} min"

@@ -198,11 +198,66 @@ def combine(per_arm: dict[str, dict[str, ArmStats]], arms: tuple[str, ...] = ("s
     return {"requests": [{"name": name, **{arm: asdict(per_arm[arm][name]) for arm in arms}} for name in names]}
 
 
+TOKENIZER_MANIFEST = "lab_tokenizer.json"  # model_dir.MANIFEST
+TOKENIZER_KEYS = {"name": str, "vocab_size": int, "backend_json_bytes": int}
+OFFLOAD_PHASE_KEYS = {"server", "requests", "large_prompts", "large_bodies", "counters", "delta", "queue_depth_after"}
+OPTIONAL_TOP = ("tokenizer", "offload")
+
+
+def load_tokenizers(models: Path) -> dict | None:
+    """{"text": manifest, "vision": manifest} of the run's model directories (None: not recorded)."""
+    out = {}
+    for model in ("text", "vision"):
+        path = models / model / TOKENIZER_MANIFEST
+        try:
+            out[model] = json.loads(path.read_text())
+        except FileNotFoundError:
+            continue
+        except ValueError as err:
+            raise ResultsError(f"{path}: not JSON ({err})") from None
+    return out or None
+
+
+def _validate_tokenizer(tokenizer: dict) -> None:
+    if not isinstance(tokenizer, dict) or not tokenizer or not set(tokenizer) <= {"text", "vision"}:
+        raise ResultsError(f"results.json: tokenizer must map 'text' / 'vision' to a manifest, got {tokenizer!r:.200}")
+    for model, manifest in tokenizer.items():
+        for key, kind in TOKENIZER_KEYS.items():
+            value = manifest.get(key) if isinstance(manifest, dict) else None
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise ResultsError(f"results.json: tokenizer.{model}.{key} = {value!r} is not {kind.__name__}")
+
+
+def _validate_offload(offload: dict, arms: tuple[str, ...]) -> None:
+    if not isinstance(offload, dict) or not set(offload) <= set(arms):
+        raise ResultsError(f"results.json: offload must map arms {list(arms)} to records, got {sorted(offload or {})}")
+    for arm, record in offload.items():
+        if not isinstance(record, dict) or set(record) != {"metrics_enabled", "reason", "phases"}:
+            raise ResultsError(f"results.json: offload.{arm} keys {sorted(record or {})},"
+                               " expected metrics_enabled, phases, reason")
+        for name, phase in record["phases"].items():
+            if set(phase) != OFFLOAD_PHASE_KEYS:
+                raise ResultsError(f"results.json: offload.{arm}.phases.{name} keys {sorted(phase)},"
+                                   f" expected {sorted(OFFLOAD_PHASE_KEYS)}")
+            for key in ("requests", "large_prompts", "large_bodies"):
+                if not isinstance(phase[key], int) or isinstance(phase[key], bool):
+                    raise ResultsError(f"results.json: offload.{arm}.phases.{name}.{key} = {phase[key]!r} is not int")
+            if phase["delta"] is not None and not isinstance(phase["delta"], dict):
+                raise ResultsError(f"results.json: offload.{arm}.phases.{name}.delta is neither null nor an object")
+
+
 def validate(results: dict, arms: tuple[str, ...] = ("stock", "v3")) -> None:
-    """Raises ResultsError unless `results` has exactly the agreed shape."""
+    """Raises ResultsError unless `results` has exactly the agreed shape: {"requests": [...]},
+    plus optionally "tokenizer" (the model directories' tokenizer) and "offload" (per arm)."""
     keys = {field: kind for field, kind in ArmStats.__annotations__.items()}
-    if set(results) != {"requests"} or not isinstance(results["requests"], list):
-        raise ResultsError(f"results.json: top level must be exactly {{'requests': [...]}}, got keys {sorted(results)}")
+    if "requests" not in results or not set(results) <= {"requests", *OPTIONAL_TOP} \
+            or not isinstance(results["requests"], list):
+        raise ResultsError(f"results.json: top level must be exactly {{'requests': [...]}} plus optional"
+                           f" {list(OPTIONAL_TOP)}, got keys {sorted(results)}")
+    if "tokenizer" in results:
+        _validate_tokenizer(results["tokenizer"])
+    if "offload" in results:
+        _validate_offload(results["offload"], arms)
     for index, entry in enumerate(results["requests"]):
         if set(entry) != {"name", *arms} or not isinstance(entry["name"], str):
             raise ResultsError(f"results.json: requests[{index}] keys {sorted(entry)}, expected name + {list(arms)}")

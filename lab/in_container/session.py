@@ -12,6 +12,13 @@ Runs inside the arm's container (or on a host with sglang importable, for develo
 5. stops the prober and each server's whole process group (SIGTERM, bounded wait, SIGKILL),
    removes /dev/shm segments a server left, and writes session.json.
 
+Every server runs with --enable-metrics (unless --no-metrics, or the image has no
+prometheus_client, which sglang's metrics need: then session.json says why). Its /metrics is
+scraped after the warm-up and after each phase, outside the probed windows; session.json's
+"metrics" keeps, per phase, the offload counters before and after it (metrics_text.py) and how
+many of its prompts were large (over TOKENIZER_PROCESS_MIN_CHARS characters: v3 encodes each in
+its tokenizer child). The raw scrapes go to metrics/<server>.<point>.prom.
+
     python3 session.py --model DIR [--vision-model DIR] --out DIR --requests chat_4.7MB generate_5MB
 """
 
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import http.client
+import importlib.util
 import json
 import os
 import signal
@@ -33,6 +41,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import metrics_text  # noqa: E402
 import mixed_plan  # noqa: E402
 import workload  # noqa: E402
 
@@ -88,6 +97,7 @@ class Sent:
     prompt_tokens: int | None = None
     error: str | None = None
     probe_file: str = "probes.jsonl"
+    prompt_chars: int | None = None  # workload.prompt_chars of the body
 
 
 @dataclass
@@ -102,6 +112,7 @@ class Report:
     shm_after: list[str] = field(default_factory=list)
     shm_removed: list[str] = field(default_factory=list)
     leftover_pids: list[int] = field(default_factory=list)
+    metrics: dict = field(default_factory=dict)
     error: str | None = None
 
 
@@ -124,6 +135,7 @@ def _post(port: int, req: "workload.Request", timeout_s: float) -> tuple[int, di
 
 def send(port: int, req: "workload.Request", timeout_s: float, kind: str = "request") -> Sent:
     record = Sent(req.name, req.path, len(req.body), hashlib.sha256(req.body).hexdigest(), kind)
+    record.prompt_chars = req.prompt_chars  # cached: the callers computed it before the quiet period
     record.sent = time.monotonic()
     record.status, answer, record.error = _post(port, req, timeout_s)
     record.done = time.monotonic()
@@ -155,6 +167,9 @@ class Server:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
         env["SGLANG_PLUGINS"] = "lab_fake_scheduler"
         env["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] = "0"
+        # With --enable-metrics sglang makes its own multiprocess directory and sets this; one
+        # inherited would be shared by both servers of the session (their counters mixed).
+        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         env["LAB_FAKE_SCHEDULER_LOG"] = str(out / f"{name}.scheduler.jsonl")
         # The images carry no lscpu (util-linux), which sglang's --device cpu memory probe runs
         # (get_cpu_memory_capacity -> parse_lscpu_topology). A thread binding makes it skip the
@@ -311,6 +326,8 @@ def run_requests(port: int, names: list[str], timeout_s: float, probe_file: str)
     for name in names:
         phase, factory = factories[name]
         made = factory()  # built before the quiet period, so building is not measured
+        for req in made if isinstance(made, tuple) else (made,):
+            req.prompt_chars  # noqa: B018  (parsed now, not in the measured window)
         time.sleep(SETTLE_S)
         records = send_pair(port, *made, timeout_s) if phase == "pair" else [send(port, made, timeout_s)]
         for record in records:
@@ -325,7 +342,10 @@ def run_requests(port: int, names: list[str], timeout_s: float, probe_file: str)
 def flood_bodies(minutes: float, rps: float, body_bytes: int) -> list["workload.Request"]:
     """The flood's conversations, each new (its own seed); made before any probing starts."""
     count = max(1, int(minutes * 60 * rps))
-    return [workload.conversation(f"flood_{i}", seed=1000 + i, total_bytes=body_bytes) for i in range(count)]
+    bodies = [workload.conversation(f"flood_{i}", seed=1000 + i, total_bytes=body_bytes) for i in range(count)]
+    for body in bodies:
+        body.prompt_chars  # noqa: B018  (parsed now, before any probing)
+    return bodies
 
 
 def send_open_loop(port: int, plan: list["mixed_plan.Planned"], timeout_s: float) -> tuple[float, float, list[dict]]:
@@ -335,6 +355,8 @@ def send_open_loop(port: int, plan: list["mixed_plan.Planned"], timeout_s: float
     `timeout_s` is recorded as "still running".
     """
     results: list[Sent | None] = [None] * len(plan)
+    for item in plan:
+        item.request.prompt_chars  # noqa: B018  (the callers parsed them before probing: cached)
 
     def worker(index: int) -> None:
         results[index] = send(port, plan[index].request, timeout_s, plan[index].kind)
@@ -352,7 +374,9 @@ def send_open_loop(port: int, plan: list["mixed_plan.Planned"], timeout_s: float
         # each request's own bound: its send offset plus the HTTP timeout (send() gives up then)
         thread.join(timeout=max(0.0, start + item.at + timeout_s + 5 - time.monotonic()))
     end = time.monotonic()
-    records = [asdict(r) if r else {"name": plan[i].request.name, "kind": plan[i].kind, "error": "still running"}
+    records = [asdict(r) if r else {"name": plan[i].request.name, "kind": plan[i].kind, "error": "still running",
+                                    "body_bytes": len(plan[i].request.body),
+                                    "prompt_chars": plan[i].request.prompt_chars}
                for i, r in enumerate(results)]
     return start, end, records
 
@@ -363,6 +387,28 @@ def run_flood(port: int, bodies: list["workload.Request"], minutes: float, rps: 
     plan = [mixed_plan.Planned(index / rps, "flood", body) for index, body in enumerate(bodies)]
     start, end, records = send_open_loop(port, plan, timeout_s)
     return {"start": start, "end": end, "rps": rps, "minutes": minutes, "body_bytes": body_bytes, "requests": records}
+
+
+LARGE_BODY_BYTES = 1 << 20  # v3 parses a body of more than 1 MiB in its JSON process
+
+
+def phase_counts(records: list) -> dict:
+    """How many requests a phase sent, how many had a large prompt and a large body."""
+    rows = [asdict(r) if isinstance(r, Sent) else r for r in records]
+    return {
+        "requests": len(rows),
+        "large_prompts": sum(1 for r in rows if (r.get("prompt_chars") or 0) > workload.TOKENIZER_PROCESS_MIN_CHARS),
+        "large_bodies": sum(1 for r in rows if (r.get("body_bytes") or 0) > LARGE_BODY_BYTES),
+    }
+
+
+def metrics_mode(no_metrics: bool) -> tuple[bool, str | None]:
+    """(start the servers with --enable-metrics, why not)."""
+    if no_metrics:
+        return False, "--no-metrics"
+    if importlib.util.find_spec("prometheus_client") is None:
+        return False, "prometheus_client is not importable in this image (sglang's --enable-metrics imports it)"
+    return True, None
 
 
 def warm_up(port: int, phase: str) -> None:
@@ -388,9 +434,14 @@ class Session:
         self.prober: Prober | None = None
         self.profiler: Profiler | None = None
         self.server_pids: set[int] = set()
+        self.metrics_on, reason = metrics_mode(args.no_metrics)
+        report.metrics = {"enabled": self.metrics_on, "reason": reason,
+                          "large_prompt_chars": workload.TOKENIZER_PROCESS_MIN_CHARS,
+                          "large_body_bytes": LARGE_BODY_BYTES, "phases": []}
 
     def start_server(self, model: Path, extra: list[str], name: str) -> None:
-        self.server = Server(model, self.args.port, self.args.out, [*extra, *self.args.server_arg], name)
+        metrics = ["--enable-metrics"] if self.metrics_on else []
+        self.server = Server(model, self.args.port, self.args.out, [*extra, *metrics, *self.args.server_arg], name)
         self.report.server_commands.append(self.server.command)
         ready = self.server.wait_ready(self.args.server_timeout_s)
         self.report.server_ready_s.append(round(ready, 1))
@@ -418,6 +469,36 @@ class Session:
             self.prober.stop()
             self.prober = None
 
+    def scrape(self, server: str, point: str) -> dict:
+        """The server's offload counters now (None when it exports none), and the raw scrape."""
+        record: dict = {"point": point, "at": time.monotonic(), "status": None, "error": None, "offload": None,
+                        "file": None}
+        if not self.metrics_on:
+            record["error"] = "metrics off: " + str(self.report.metrics["reason"])
+            return record
+        record["status"], text, record["error"] = metrics_text.scrape(self.args.port)
+        if record["status"] == 200:
+            path = self.args.out / "metrics" / f"{server}.{point}.prom"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            record["file"] = str(path.relative_to(self.args.out))
+            try:
+                record["offload"] = metrics_text.offload_counters(metrics_text.parse(text))
+            except metrics_text.MetricsParseError as err:
+                record["error"] = f"/metrics: {err}"
+        return record
+
+    def record_phase(self, phase: str, server: str, records: list, before: dict) -> dict:
+        """Scrapes after `phase` and keeps both ends in session.json; returns the new scrape."""
+        after = self.scrape(server, phase)
+        entry = {"phase": phase, "server": server, **phase_counts(records), "before": before, "after": after}
+        self.report.metrics["phases"].append(entry)
+        events = (after.get("offload") or {}).get("events")
+        print(f"session: {phase}: {entry['large_prompts']} large prompts of {entry['requests']};"
+              f" offload counters {events if events is not None else 'absent'}"
+              + (f" ({after['error']})" if after.get("error") else ""), flush=True)
+        return after
+
     def stop_server(self) -> None:
         if self.server is not None:
             self.report.leftover_pids += self.server.stop()
@@ -433,10 +514,13 @@ class Session:
             self.start_server(args.model, [], "server")
             warm_up(args.port, "text")
             self.start_profiler("server")
+            last = self.scrape("server", "start")
             if text:
                 self.start_prober(60.0, "probes.jsonl")
-                report.requests += run_requests(args.port, text, args.request_timeout_s, "probes.jsonl")
+                sent = run_requests(args.port, text, args.request_timeout_s, "probes.jsonl")
+                report.requests += sent
                 self.stop_prober()
+                last = self.record_phase("text", "server", sent, last)
             if args.flood_minutes > 0:
                 bodies = flood_bodies(args.flood_minutes, args.flood_rps, args.flood_bytes)
                 self.start_prober(FLOOD_PROBE_TIMEOUT_S, "flood_probes.jsonl")
@@ -445,6 +529,7 @@ class Session:
                                          args.request_timeout_s)
                 time.sleep(SETTLE_S)
                 self.stop_prober()
+                last = self.record_phase("flood", "server", report.flood["requests"], last)
             self.stop_profiler()
             self.stop_server()
         if vision or args.mixed_minutes > 0:
@@ -453,12 +538,17 @@ class Session:
             self.start_server(args.vision_model, VISION_SERVER_ARGS, "vision-server")
             warm_up(args.port, "vision")
             self.start_profiler("vision-server")
+            last = self.scrape("vision-server", "start")
             if vision:
                 self.start_prober(60.0, "vision_probes.jsonl")
-                report.requests += run_requests(args.port, vision, args.request_timeout_s, "vision_probes.jsonl")
+                sent = run_requests(args.port, vision, args.request_timeout_s, "vision_probes.jsonl")
+                report.requests += sent
                 self.stop_prober()
+                last = self.record_phase("vision", "vision-server", sent, last)
             if args.mixed_minutes > 0:
                 plan = mixed_plan.mixed_plan(mixed_plan.MixedShape(minutes=args.mixed_minutes))  # before probing
+                for item in plan:
+                    item.request.prompt_chars  # noqa: B018
                 self.start_prober(60.0, "mixed_probes.jsonl")
                 time.sleep(SETTLE_S)
                 start, end, records = send_open_loop(args.port, plan, args.request_timeout_s)
@@ -467,6 +557,7 @@ class Session:
                                 "server_log": "vision-server.log", "requests": records}
                 time.sleep(SETTLE_S)
                 self.stop_prober()
+                self.record_phase("mixed", "vision-server", records, last)
                 failed = sum(1 for r in records if r.get("error"))
                 print(f"session: mixed traffic: {len(records)} requests, {failed} failed", flush=True)
             self.stop_profiler()
@@ -497,6 +588,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--py-spy", type=Path, help="py-spy binary: sample the server to attribute slow probes")
     parser.add_argument("--profile-rate-hz", type=int, default=100, help="py-spy samples per second")
     parser.add_argument("--server-arg", action="append", default=[], help="extra launch_server argument")
+    parser.add_argument("--no-metrics", action="store_true",
+                        help="start the servers without --enable-metrics (no offload counters)")
     args = parser.parse_args(argv)
 
     args.out.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,41 @@ class Request:
     # Reads prompt_tokens out of the parsed JSON answer.
     prompt_tokens: Callable[[dict], int]
 
+    @functools.cached_property
+    def prompt_chars(self) -> int:
+        """prompt_chars(body), computed once (the session reads it before the quiet period)."""
+        return prompt_chars(self.body)
+
+
+def prompt_chars(body: bytes) -> int:
+    """Characters of prompt text in a request body: /generate's `text`, or the text of every
+    message (string contents and text parts; images, tools and tool calls not counted).
+
+    A lower bound of the rendered prompt's length (the chat template only adds to it), so a
+    request over TOKENIZER_PROCESS_MIN_CHARS here is a prompt v3 encodes in its tokenizer child.
+    """
+    data = json.loads(body)
+    text = data.get("text")
+    if isinstance(text, str):
+        return len(text)
+    if isinstance(text, list):
+        return sum(len(t) for t in text if isinstance(t, str))
+    total = 0
+    for message in data.get("messages") or []:
+        content = message.get("content")
+        if isinstance(content, str):
+            total += len(content)
+        elif isinstance(content, list):
+            total += sum(len(part.get("text") or "") for part in content
+                         if isinstance(part, dict) and part.get("type") == "text")
+    return total
+
+
+# v3's threshold (tokenizer_manager.TOKENIZER_PROCESS_MIN_CHARS): a prompt longer than this is
+# encoded by the preprocessing lane's tokenizer process. The lab's large prompts are 1-5 M
+# characters, far above it; its tool chats (about 196 K characters) stay below.
+TOKENIZER_PROCESS_MIN_CHARS = 256 * 1024
+
 
 def _chat_tokens(answer: dict) -> int:
     return int(answer["usage"]["prompt_tokens"])

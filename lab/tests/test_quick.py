@@ -1,7 +1,8 @@
 """The lab's quick mode end to end (podman, both images): issue 8's "Done means" rule.
 
 On the ~4.7 MB chat and the 5 MB /generate, v3's worst /health probe (10 ms probes) is under
-250 ms while stock's is over 1,000 ms, and prompt_tokens are identical on both arms. Runs
+250 ms while stock's is over 1,000 ms, prompt_tokens are identical on both arms, and v3's own
+/metrics counters show both large prompts encoded by its tokenizer child (no fallback). Runs
 `health_stall --quick --check --no-profile` (the stock base, then //recipes:glm53_v3; no
 py-spy, so the sampler's CPU does not count against the bound) and also checks results.json
 and the clean-up record itself.

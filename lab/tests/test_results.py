@@ -119,12 +119,22 @@ def test_a_failed_request_is_an_error(tmp_path: Path):
         results.arm_request_stats(tmp_path)
 
 
+# v3's counters when both large prompts went through the tokenizer child (lab/tests/test_offload.py
+# has the offload part's failures).
+V3_OFFLOAD = {"metrics_enabled": True, "reason": None, "phases": {"text": {
+    "server": "server", "requests": 2, "large_prompts": 2, "large_bodies": 2, "counters": "present",
+    "delta": {"tokenizer_process.uses": 2, "tokenizer_process.fallbacks": 0}, "queue_depth_after": {}}}}
+
+
 def test_quick_rule():
     def summary(stock_worst: float, v3_worst: float, v3_tokens: int = 679634) -> dict:
-        return results.combine({
+        out = results.combine({
             "stock": {name: _stats(stock_worst) for name in checks.QUICK_REQUESTS},
             "v3": {name: _stats(v3_worst, v3_tokens) for name in checks.QUICK_REQUESTS},
         })
+        out["offload"] = {"v3": V3_OFFLOAD}
+        results.validate(out)
+        return out
 
     assert checks.quick_failures(summary(4961.0, 40.0)) == []
     # stock against stock: both arms stall, so the rule must fail

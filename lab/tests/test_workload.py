@@ -93,3 +93,28 @@ def test_mixed_plan_is_fixed_open_loop_and_names_are_unique():
     assert [item.request.body for item in plan] == [item.request.body for item in mixed_plan.mixed_plan(shape)]
     with pytest.raises(ValueError, match="tool_every_s"):
         mixed_plan.MixedShape(tool_every_s=0)
+
+
+def test_prompt_chars_count_the_prompt_text_not_the_body():
+    chat = workload.chat("c", 3, 300_000)
+    assert chat.prompt_chars == len(json.loads(chat.body)["messages"][0]["content"])
+    assert workload.generate("g", 3, 300_000).prompt_chars == len(json.loads(workload.generate("g", 3, 300_000).body)["text"])
+    conversation = workload.conversation("f", 1, 400_000)
+    assert conversation.prompt_chars == sum(len(m["content"]) for m in json.loads(conversation.body)["messages"])
+    images = workload.images_chat("i", 9, [workload.png(8, 8, 1)])
+    assert images.prompt_chars == 2000  # the text part only: the image's base64 is not prompt text
+    tool = workload.tool_chat("t", 3, 200_000)
+    # the mixed phase's tool chats stay under v3's tokenizer-process threshold; the text requests are far above
+    assert tool.prompt_chars < workload.TOKENIZER_PROCESS_MIN_CHARS < chat.prompt_chars
+    assert workload.small_chat("s", 5).prompt_chars == 200
+
+
+def test_large_prompts_per_phase():
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "in_container"))
+    import session
+
+    big, small = workload.chat("big", 1, 300_000), workload.small_chat("small", 2)
+    records = [session.Sent(r.name, r.path, len(r.body), "x", prompt_chars=r.prompt_chars)
+               for r in (big, small)]
+    records.append({"name": "late", "error": "still running", "body_bytes": 2_000_000, "prompt_chars": 1_999_000})
+    assert session.phase_counts(records) == {"requests": 3, "large_prompts": 2, "large_bodies": 1}
