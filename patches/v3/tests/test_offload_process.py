@@ -47,8 +47,10 @@ def _chars(text: Any) -> int:
 @pytest.fixture(autouse=True)
 def log_each_fallback_cause_again() -> None:
     """The offload paths log a fallback once per cause and process: each test sees its own."""
-    from sglang.srt.managers import offload_process
-
+    try:
+        from sglang.srt.managers import offload_process
+    except ImportError:  # stock: no offload paths
+        return
     stats = getattr(offload_process, "STATS", None)
     if stats is not None:
         stats._logged.clear()
@@ -393,9 +395,9 @@ def test_the_backend_is_serialized_once(make_tokenizer_manager, glm_tokenizer, m
 def short_deadlines(monkeypatch) -> Callable[[], None]:
     """Call it to give every later child call a 2 s deadline (children started before keep
     theirs: a GLM-size tokenizer takes a while to load on a busy host)."""
-    from sglang.srt.managers import offload_process
-
     def apply() -> None:
+        from sglang.srt.managers import offload_process
+
         monkeypatch.setattr(offload_process, "DEADLINE_BASE_S", 2.0)
         monkeypatch.setattr(offload_process, "DEADLINE_S_PER_MB", 0.0)
 
@@ -494,6 +496,8 @@ def test_a_hung_interpreter_costs_one_start_deadline_and_holds_no_lock(
     assert all(p.closed for p in tm._tokenizer_processes)
 
 
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
 def test_a_large_invalid_body_is_not_parsed_twice(parse_calls):
     """orjson's own error comes from the child's parse: no second, GIL-holding parse here."""
     body = _large_chat_body()[:-1]
@@ -621,8 +625,10 @@ def test_an_idle_json_child_holds_no_body(parse_calls):
     assert _rss_kib(child.pid) <= 50 * 1024, f"idle JSON child: {_rss_kib(child.pid)} KiB"
 
 
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
 def test_offload_counters_are_exported_for_metrics(make_tokenizer_manager, glm_tokenizer):
-    prometheus_client = pytest.importorskip("prometheus_client")
+    import prometheus_client  # sglang's metrics dependency (in the CPU lock)
 
     from sglang.srt.managers import offload_process
 
@@ -777,3 +783,32 @@ def test_library_mode_keeps_the_switch_interval(make_tokenizer_manager, glm_toke
         assert sys.getswitchinterval() == 0.005
     finally:
         sys.setswitchinterval(before)
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_a_tokenizer_child_that_grew_is_replaced_after_its_request(
+    make_tokenizer_manager, glm_tokenizer, monkeypatch
+):
+    """The tokenizers crate leaves a large prompt's encoding fragmented in the child's heap; a
+    child that grew past the limit is replaced on its lane right after the request, so an idle
+    lane's child holds nothing of the last prompt (here the limit is 0 MB: any growth)."""
+    from sglang.srt.managers import offload_process
+
+    monkeypatch.setattr(offload_process, "CHILD_GROWTH_LIMIT_MB", 0)
+    tm = make_tokenizer_manager(glm_tokenizer)
+    expected = glm_tokenizer.encode(LARGE_TEXT)
+    before = _counts()
+
+    assert asyncio.run(tm._tokenize_texts(LARGE_TEXT))[0] == expected
+    (grown,) = [p for p in tm._tokenizer_processes]
+    tm._preprocessing_lanes["bulk"].submit(lambda: None).result()  # the lane ran the recycle
+    assert asyncio.run(tm._tokenize_texts(LARGE_TEXT))[0] == expected
+    tm._preprocessing_lanes["bulk"].submit(lambda: None).result()
+
+    assert grown._process.returncode is not None, "the grown child still runs"
+    fresh = [p for p in tm._tokenizer_processes if not p.closed]
+    assert len(fresh) == 1 and fresh[0].pid != grown.pid, tm._tokenizer_processes
+    delta = _delta(before, "tokenizer_process")
+    assert delta.get("tokenizer_process.recycles") == 2 and delta.get("tokenizer_process.uses") == 2, delta
+    assert "tokenizer_process.fallbacks" not in delta, delta
