@@ -17,6 +17,7 @@ import copy
 import logging
 import os
 import signal
+import sys
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
@@ -467,8 +468,11 @@ def test_a_hung_interpreter_costs_one_start_deadline_and_holds_no_lock(
     from sglang.srt.managers import offload_process
 
     started = tmp_path / "started"
-    hung = tmp_path / "hung-python"
-    hung.write_text(f"#!/bin/sh\ntouch {started}\nexec sleep 600\n")
+    hung = tmp_path / "hung-python"  # starts, says so, never answers (the images have no shell)
+    hung.write_text(
+        f"#!{sys.executable}\nimport pathlib, time\n"
+        f"pathlib.Path({str(started)!r}).touch()\ntime.sleep(600)\n"
+    )
     hung.chmod(0o755)
     monkeypatch.setattr(offload_process.sys, "executable", str(hung))
     monkeypatch.setattr(offload_process, "START_DEADLINE_S", 2.0)
@@ -477,8 +481,11 @@ def test_a_hung_interpreter_costs_one_start_deadline_and_holds_no_lock(
 
     async def scenario():
         task = asyncio.create_task(tm._tokenize_texts(LARGE_TEXT))
-        while not started.exists():  # the child runs: its start is in progress on the lane
+        for _ in range(3000):  # the child runs: its start is in progress on the lane
+            if started.exists() or task.done():
+                break
             await asyncio.sleep(0.01)
+        assert started.exists(), "the hung interpreter never ran"
         lock_free.append(tm._tokenizer_processes_lock.acquire(blocking=False))
         if lock_free[-1]:
             tm._tokenizer_processes_lock.release()
