@@ -18,7 +18,7 @@ its first increment). Stock and upstream export no offload counters: "counters" 
 from __future__ import annotations
 
 PATHS = ("tokenizer_process", "json_process", "preprocessing_lane_bulk", "preprocessing_lane_small")
-EVENTS = ("uses", "fallbacks", "deadline_kills", "restarts", "start_failures", "rejected")
+EVENTS = ("uses", "fallbacks", "deadline_kills", "restarts", "recycles", "start_failures", "rejected")
 
 
 def _absent_reason(scrape: dict) -> str:

@@ -156,7 +156,7 @@ def test_offload_table():
     assert "| v3 | text | 2 (2 / 2) | 2 / 1 / 0 / 0 / 0 / 0 | 2 / 0 / 0 / 0 / 0 / 0 | 2 / 0 / 0 / 0 / 0 / 0" \
            " | 0 / 0 / 0 / 0 / 0 / 0 | preprocessing_lane_bulk: 0 |" in table
     assert "| v3 | vision | 1 (0 / 1) |" in table
-    assert "uses / fallbacks / deadline kills / restarts / start failures / rejected" in table
+    assert "uses / fallbacks / deadline kills / restarts / recycles / start failures / rejected" in table
     assert "| upstream | - | - | not recorded |" in report.offload_table(summary["offload"], ("upstream",))
 
 

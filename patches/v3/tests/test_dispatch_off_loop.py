@@ -17,6 +17,7 @@ right there.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from typing import Callable, List, Optional
 
@@ -222,3 +223,29 @@ def test_serialized_bytes_read_back_as_the_request(dispatching, huge_text, monke
     assert list(huge.input_ids) == tm.tokenizer(huge_text)["input_ids"]
     assert huge.sampling_params.max_new_tokens == 1
     assert list(small.input_ids) == tm.tokenizer("small prompt")["input_ids"]
+
+
+@pytest.mark.detects_previous_v3
+def test_a_request_object_without_input_ids_is_dispatched_as_0_5_19(make_tokenizer_manager):
+    """0.5.19's _send_one_request never read input_ids; a caller's request object without them
+    (upstream's own test doubles) is sent, not failed with an AttributeError."""
+    from types import SimpleNamespace
+
+    tm = make_tokenizer_manager()
+    stamps = SimpleNamespace(set_api_server_dispatch_time=lambda: None,
+                             set_api_server_dispatch_finish_time=lambda: None)
+    request = SimpleNamespace(rid="no-ids", mm_inputs=None, time_stats=stamps,
+                              wrap_pickle_fields=lambda: None)
+
+    from sglang.srt.runtime_context import get_context
+
+    overrides = get_context().override_server_args()  # what _send_one_request reads
+    overrides.install()
+    try:
+        sent = tm._send_one_request(request)
+        if inspect.isawaitable(sent):  # a coroutine since shm-off-loop.diff
+            asyncio.run(sent)
+    finally:
+        overrides.restore()
+
+    assert tm.dispatched == [request]
