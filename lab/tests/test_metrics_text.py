@@ -103,13 +103,18 @@ def test_no_offload_counters_is_none_not_zeros():
     assert metrics_text.offload_counters(metrics_text.parse("# TYPE sglang:offload_events_total counter\n")) is None
 
 
-def _serve(status: int, body: bytes):
+def _serve(status: int, body):
+    """A loopback HTTP server answering /metrics with `body` (bytes, or a callable giving them
+    per request) and every other path with 404."""
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
+            payload = body() if callable(body) else body
             self.send_response(status if self.path == "/metrics" else 404)
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
-            self.wfile.write(body)
+            self.wfile.write(payload)
 
         def log_message(self, *args):
             pass
@@ -153,23 +158,6 @@ class _Counters:
         return (EXPOSITION.replace('path="tokenizer_process"} 2.0', f'path="tokenizer_process"}} {self.uses}.0')).encode()
 
 
-def _serve_counters(counters: _Counters):
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            body = counters.text()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 def test_session_scrapes_around_a_phase_and_the_host_gets_the_delta(tmp_path, monkeypatch):
     import argparse
     import json
@@ -181,7 +169,7 @@ def test_session_scrapes_around_a_phase_and_the_host_gets_the_delta(tmp_path, mo
 
     monkeypatch.setattr(session, "metrics_mode", lambda no_metrics: (True, None))
     counters = _Counters()
-    server = _serve_counters(counters)
+    server = _serve(200, counters.text)
     try:
         args = argparse.Namespace(no_metrics=False, port=server.server_address[1], out=tmp_path)
         report = session.Report()
