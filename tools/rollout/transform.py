@@ -8,7 +8,8 @@ they wait for; nginx and the inference proxy on the path a request takes. Change
   (lab/in_container), on the CPU image this graph built for their release; no GPU runtime, no
   device reservations, no `ipc: host`; ulimits the project's podman settings allow; a
   healthcheck on `/health` (the committed engines have none yet);
-* the downloader writes the tiny model into the same `huggingface_cache` volume;
+* the downloader writes the tiny model (the lab's 8,000-token tokenizer) into the same
+  `huggingface_cache` volume;
 * nginx and the proxy are stand-ins (in_container/standin.py) on the project's CPU base image,
   routing as the revision says (nginx -> the services it depends on, the proxy -> its
   VLLM_BACKEND_URLS); only nginx's port 8000 is published, on 127.0.0.1;
@@ -136,7 +137,9 @@ def rehearsal_model(model: dict[str, Any], engine_images: dict[str, str], suppor
         out[name] = engine
 
     downloader = _base(services[DOWNLOADER], support_image, addresses[DOWNLOADER], hosts)
-    downloader["command"] = _announced(["python3", f"{LAB}/model_dir.py", "--text", MODEL_DIR])
+    # The 8,000-token BPE: the rehearsal tests the rollout's order and health gates, not the
+    # tokenizer, and /lab holds no copy of the GLM-class fixture (the lab stages one per run).
+    downloader["command"] = _announced(["python3", f"{LAB}/model_dir.py", "--text", MODEL_DIR, "--tokenizer", "small"])
     downloader["volumes"] = _named_volumes(services[DOWNLOADER], model) + mounts
     out[DOWNLOADER] = downloader
 
