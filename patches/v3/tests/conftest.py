@@ -234,6 +234,15 @@ class Scheduler:
         assert self.pull.poll(10_000), "nothing reached the scheduler socket within 10 s"
         return sock_recv(self.pull)
 
+    def assert_first_is(self, rid: str, if_abort: str) -> None:
+        """The first message the scheduler reads is the request `rid`: not an AbortReq (`if_abort`
+        says what one would mean), not another request."""
+        from sglang.srt.managers.io_struct import AbortReq
+
+        received = self.receive()
+        assert not isinstance(received, AbortReq), if_abort
+        assert received.rid == rid, f"the scheduler got {received.rid!r} first"
+
 
 @contextlib.contextmanager
 def dispatching_manager(tm: Any, address: str) -> Iterator[Scheduler]:

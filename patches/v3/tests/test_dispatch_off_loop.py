@@ -25,7 +25,7 @@ import pytest
 
 from sglang.srt.managers import io_struct
 from sglang.srt.managers import tokenizer_manager as tokenizer_manager_module
-from sglang.srt.managers.io_struct import AbortReq, GenerateReqInput
+from sglang.srt.managers.io_struct import GenerateReqInput
 from sglang.srt.sampling.sampling_params import SamplingParams
 
 WORKER_PREFIX = "sglang-preprocess"
@@ -158,9 +158,7 @@ def test_abort_while_the_request_is_serialized_never_sends_it(
 
     asyncio.run(scenario())
 
-    received = scheduler.receive()
-    assert not isinstance(received, AbortReq), "an AbortReq was sent for a request never sent"
-    assert received.rid == "after", f"the scheduler got {received.rid!r} first"
+    scheduler.assert_first_is("after", "an AbortReq was sent for a request never sent")
     state = tm.rid_to_state.get("aborted")
     assert state is None or (
         state.finished and state.out_list[-1]["meta_info"]["finish_reason"]["type"] == "abort"
@@ -185,9 +183,7 @@ def test_abort_between_serialization_and_send_never_sends_it(dispatching, huge_t
 
     asyncio.run(scenario())
 
-    received = scheduler.receive()
-    assert not isinstance(received, AbortReq), "the request was sent, then an AbortReq"
-    assert received.rid == "after", f"the scheduler got {received.rid!r} first"
+    scheduler.assert_first_is("after", "the request was sent, then an AbortReq")
 
 
 def test_huge_requests_reach_the_scheduler_in_submission_order(dispatching, huge_text):

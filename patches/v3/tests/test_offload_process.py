@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import orjson
 import pytest
+from test_dispatch_off_loop import _request, dispatching  # noqa: F401 (a fixture)
 from test_request_preprocessing_off_loop import (
     TOOLS,
     TOOLS_TEMPLATE,
@@ -654,34 +655,17 @@ def test_offload_counters_are_exported_for_metrics(make_tokenizer_manager, glm_t
 # --- aborts during preprocessing ---------------------------------------------------------------
 
 
-@pytest.fixture
-def dispatching_glm(make_tokenizer_manager, glm_tokenizer, tmp_path, dispatch_helpers):
-    tm = make_tokenizer_manager(glm_tokenizer)
-    with dispatch_helpers.manager(tm, f"ipc://{tmp_path}/scheduler_input") as scheduler:
-        yield tm, scheduler, dispatch_helpers.submit_until_dispatch
-
-
-def _generate(text: str, rid: str):
-    from sglang.srt.managers.io_struct import GenerateReqInput
-
-    obj = GenerateReqInput(text=text, rid=rid, sampling_params={"max_new_tokens": 1})
-    obj.normalize_batch_and_arguments()
-    return obj
-
-
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 def test_abort_while_a_generate_prompt_is_on_its_lane_never_dispatches(
-    dispatching_glm, hold_factory, monkeypatch
+    dispatching, hold_factory, monkeypatch
 ):
     """abort_request(rid) while the prompt is tokenized on its lane: the scheduler gets neither an
     AbortReq (it would ignore it: the rid is unknown there) nor the request; the next request is
     the first thing it reads, and the aborted one ends as `abort`."""
     from transformers import PreTrainedTokenizerFast
 
-    from sglang.srt.managers.io_struct import AbortReq
-
-    tm, scheduler, submit_until_dispatch = dispatching_glm
+    tm, scheduler, submit_until_dispatch = dispatching
     hold = hold_factory()
     text = SENTENCE * 2000  # 120 K characters: the bulk lane, encoded on its thread
     real = PreTrainedTokenizerFast.__call__
@@ -694,18 +678,16 @@ def test_abort_while_a_generate_prompt_is_on_its_lane_never_dispatches(
     monkeypatch.setattr(PreTrainedTokenizerFast, "__call__", held)
 
     async def scenario():
-        task = asyncio.create_task(submit_until_dispatch(tm, _generate(text, "early")))
+        task = asyncio.create_task(submit_until_dispatch(tm, _request(text, "early")))
         await hold.wait_started()
         tm.abort_request("early")
         hold.released.set()
         await task
-        await submit_until_dispatch(tm, _generate("hello", "after"))
+        await submit_until_dispatch(tm, _request("hello", "after"))
 
     asyncio.run(scenario())
 
-    received = scheduler.receive()
-    assert not isinstance(received, AbortReq), "an AbortReq reached the scheduler first"
-    assert received.rid == "after", f"the scheduler got {received.rid!r} first"
+    scheduler.assert_first_is("after", "an AbortReq reached the scheduler first")
     state = tm.rid_to_state.get("early")
     assert state is None or state.out_list[-1]["meta_info"]["finish_reason"]["type"] == "abort"
 
@@ -713,16 +695,14 @@ def test_abort_while_a_generate_prompt_is_on_its_lane_never_dispatches(
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 def test_abort_during_the_chat_conversion_never_dispatches(
-    dispatching_glm, hold_factory, monkeypatch
+    dispatching, hold_factory, monkeypatch
 ):
     """With one tokenizer worker, an abort of a chat request whose template still renders (its
     rid not yet known to the manager) was dropped and the request then ran."""
     from test_request_preprocessing_off_loop import HeldTokenizer
 
     from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
-    from sglang.srt.managers.io_struct import AbortReq
-
-    tm, scheduler, submit_until_dispatch = dispatching_glm
+    tm, scheduler, submit_until_dispatch = dispatching
     hold = hold_factory()
     tm.tokenizer = HeldTokenizer(tm.tokenizer, hold)
     tm.shutdown_request_preprocessing()
@@ -745,13 +725,11 @@ def test_abort_during_the_chat_conversion_never_dispatches(
         hold.released.set()
         await task
         hold.released.set()
-        await submit_until_dispatch(tm, _generate("hello", "after"))
+        await submit_until_dispatch(tm, _request("hello", "after"))
 
     asyncio.run(scenario())
 
-    received = scheduler.receive()
-    assert not isinstance(received, AbortReq), "an AbortReq reached the scheduler first"
-    assert received.rid == "after", f"the scheduler got {received.rid!r} first"
+    scheduler.assert_first_is("after", "an AbortReq reached the scheduler first")
 
 
 # --- 0.5.19's contracts the patch keeps ---------------------------------------------------------
