@@ -17,8 +17,8 @@ its first increment). Stock and upstream export no offload counters: "counters" 
 
 from __future__ import annotations
 
-PATHS = ("tokenizer_process", "json_process", "preprocessing_lane_bulk", "preprocessing_lane_small")
-EVENTS = ("uses", "fallbacks", "deadline_kills", "restarts", "recycles", "start_failures", "rejected")
+PATHS = ("tokenizer_process", "json_process", "preprocessing_lane_bulk", "preprocessing_lane_small", "mm_process")
+EVENTS = ("uses", "fallbacks", "deadline_kills", "restarts", "recycles", "start_failures", "rejected", "bypassed")
 
 
 def _absent_reason(scrape: dict) -> str:

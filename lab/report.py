@@ -149,7 +149,8 @@ def offload_table(offload: dict, arms: tuple[str, ...]) -> str:
     from lab.offload import EVENTS, PATHS, path_events
 
     short = {"tokenizer_process": "tokenizer process", "json_process": "JSON process",
-             "preprocessing_lane_bulk": "lane bulk", "preprocessing_lane_small": "lane small"}
+             "preprocessing_lane_bulk": "lane bulk", "preprocessing_lane_small": "lane small",
+             "mm_process": "multimodal process"}
     lines = [
         "Offload counters: deltas of `sglang:offload_events_total` over each phase, read from the server's"
         f" /metrics; each cell is {' / '.join(e.replace('_', ' ') for e in EVENTS)}. Large prompts: over the"

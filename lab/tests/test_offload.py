@@ -152,11 +152,13 @@ def test_results_validate_the_offload_and_tokenizer_shapes():
 def test_offload_table():
     summary = _summary(_v3_session(fallbacks=1))
     table = report.offload_table(summary["offload"], ("stock", "v3"))
-    assert "| stock | text | 2 (2 / 2) | absent: no sglang:offload_events_total on /metrics | - | - | - | - |" in table
-    assert "| v3 | text | 2 (2 / 2) | 2 / 1 / 0 / 0 / 0 / 0 / 0 | 2 / 0 / 0 / 0 / 0 / 0 / 0" \
-           " | 2 / 0 / 0 / 0 / 0 / 0 / 0 | 0 / 0 / 0 / 0 / 0 / 0 / 0 | preprocessing_lane_bulk: 0 |" in table
+    zeros = " / ".join(["0"] * 8)
+    assert "| stock | text | 2 (2 / 2) | absent: no sglang:offload_events_total on /metrics | - | - | - | - | - |" in table
+    assert f"| v3 | text | 2 (2 / 2) | 2 / 1 / 0 / 0 / 0 / 0 / 0 / 0 | 2 / 0 / 0 / 0 / 0 / 0 / 0 / 0" \
+           f" | 2 / 0 / 0 / 0 / 0 / 0 / 0 / 0 | {zeros} | {zeros} | preprocessing_lane_bulk: 0 |" in table
     assert "| v3 | vision | 1 (0 / 1) |" in table
-    assert "uses / fallbacks / deadline kills / restarts / recycles / start failures / rejected" in table
+    assert "uses / fallbacks / deadline kills / restarts / recycles / start failures / rejected / bypassed" in table
+    assert "multimodal process" in table
     assert "| upstream | - | - | not recorded |" in report.offload_table(summary["offload"], ("upstream",))
 
 

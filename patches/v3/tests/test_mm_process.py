@@ -1,0 +1,344 @@
+"""Tests for the multimodal processor in child processes (offload-process.diff).
+
+A thread cannot take image work off the event loop: PIL's decoders and the HF processor's
+tensor building hold the GIL, and the loop waits for it. The patch runs
+`process_mm_data_async` in a pool of children (`MultimodalProcessPool`), each with its own copy
+of the server's processor; a child writes the features into /dev/shm segments itself and
+answers with their descriptors, so this process never decodes or copies a pixel.
+
+The processor is GLM-5.3's class: sglang's `Glm4vImageProcessor` over transformers'
+`Glm4vProcessor` (PIL backend) with the GLM-class tokenizer fixture, built here and saved as a
+model directory, so the child is set up exactly as the server sets it up (`publish` of the
+server arguments, the processor sent pickled). Images are real PNG and JPEG bytes, as base64
+data URLs. Every segment a test could leave is counted in /dev/shm by the pool's name prefix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import pickle
+import signal
+import zlib
+from typing import Any, List
+
+import pytest
+
+import glm_vision as glm_vision_module
+
+SEGMENT_PREFIX = "sgl_shm_mmproc"
+
+
+def _segments() -> List[str]:
+    return sorted(n for n in os.listdir("/dev/shm") if n.startswith(SEGMENT_PREFIX))
+
+
+def _bomb_png(width: int, height: int) -> bytes:
+    """A valid PNG header of width x height over a tiny IDAT: a few KB that would decode to
+    width * height * 3 bytes."""
+    import struct
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 4096)) + chunk(b"IEND", b"")
+
+
+@pytest.fixture(scope="module")
+def glm_vision(tmp_path_factory, glm_tokenizer):
+    vision = glm_vision_module.build(tmp_path_factory.mktemp("glm_vision"), glm_tokenizer)
+    yield vision
+    vision.processor.shutdown()
+
+
+@pytest.fixture(scope="module")
+def pool(glm_vision):
+    pool = glm_vision.pool(workers=1, max_queued=1)
+    yield pool
+    pool.close()
+
+
+_png, _jpeg = glm_vision_module.noise_png, glm_vision_module.noise_jpeg
+_url, _request, _kwargs = glm_vision_module.data_url, glm_vision_module.request, glm_vision_module.mm_kwargs
+
+
+async def _never_in_process():
+    raise AssertionError("the call fell back to in-process processing")
+
+
+def _stats() -> dict:
+    from sglang.srt.managers.offload_process import STATS
+
+    return {k.split(".", 1)[1]: v for k, v in STATS.snapshot().items() if k.startswith("mm_process.")}
+
+
+def _scheduler_side(pointer):
+    """What the scheduler does with a feature: unpickle (maps the segment) and materialize
+    (copies it out, unlinks it)."""
+    return pickle.loads(pickle.dumps(pointer)).materialize()
+
+
+IMAGES = {
+    "png-640x480": lambda: _url(_png(640, 480, 1)),
+    "jpeg-1280x960": lambda: _url(_jpeg(1280, 960, 2), "jpeg"),
+    "png-3000x3000-and-jpeg-800x600": lambda: [_url(_png(3000, 3000, 3)), _url(_jpeg(800, 600, 4), "jpeg")],
+}
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+@pytest.mark.parametrize("name", sorted(IMAGES))
+def test_a_child_produces_the_in_process_features_and_prompt(glm_vision, pool, name):
+    import torch
+
+    from sglang.srt.managers.mm_utils import ShmPointerMMData
+
+    processor = glm_vision.processor
+    images = IMAGES[name]()
+    images = images if isinstance(images, list) else [images]
+    obj = _request(images)
+    before = _stats()
+
+    expected = asyncio.run(processor.process_mm_data_async(**_kwargs(obj)))
+    got = asyncio.run(pool.process(_kwargs(obj), len(images), _never_in_process))
+
+    assert _stats().get("uses", 0) == before.get("uses", 0) + 1
+    assert got.input_ids == expected.input_ids, "the prompt's token ids differ"
+    assert got.input_ids.count(glm_vision.hf_config.image_token_id) > len(images), "placeholders not expanded"
+    assert torch.equal(got.mrope_positions, expected.mrope_positions)
+    assert len(got.mm_items) == len(expected.mm_items)
+    for mine, theirs in zip(got.mm_items, expected.mm_items):
+        assert isinstance(mine.feature, ShmPointerMMData), type(mine.feature)
+        assert mine.feature.tensor is None, "this process mapped the child's segment"
+        assert mine.offsets == theirs.offsets
+        assert sorted(mine.model_specific_data) == sorted(theirs.model_specific_data)
+        for key, value in theirs.model_specific_data.items():
+            assert torch.equal(mine.model_specific_data[key], value), key
+        feature = _scheduler_side(mine.feature)
+        assert feature.dtype == theirs.feature.dtype and feature.shape == theirs.feature.shape
+        assert feature.view(torch.uint8).equal(theirs.feature.contiguous().view(torch.uint8)), (
+            "the child's features are not byte-identical to the in-process processor's")
+    assert _segments() == [], "the scheduler's materialize left segments"
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_this_process_decodes_no_pixel(glm_vision, pool, monkeypatch):
+    """While the child processes a 9 MP image, no PIL decode runs in this process."""
+    from PIL import ImageFile
+
+    decodes: List[str] = []
+    original = ImageFile.ImageFile.load
+
+    def spy(self, *args, **kwargs):
+        decodes.append(type(self).__name__)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", spy)
+    obj = _request([_url(_png(3000, 3000, 5))])
+    got = asyncio.run(pool.process(_kwargs(obj), 1, _never_in_process))
+
+    assert decodes == [], f"PIL decoded {decodes} in this process"
+    for item in got.mm_items:
+        item.feature.close_and_unlink()
+    assert _segments() == []
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_a_corrupt_image_gets_the_in_process_error(glm_vision, pool):
+    """A truncated PNG: the child's ValueError is the one the in-process processor raises
+    (the server answers 400 with it), and the child stays."""
+    processor = glm_vision.processor
+    obj = _request([_url(_png(640, 480, 6)[:2000])])
+    with pytest.raises(ValueError) as in_process:
+        asyncio.run(processor.process_mm_data_async(**_kwargs(obj)))
+    before = _stats()
+    with pytest.raises(ValueError) as in_child:
+        asyncio.run(pool.process(_kwargs(obj), 1, _never_in_process))
+    assert str(in_child.value) == str(in_process.value)
+    assert _stats().get("restarts", 0) == before.get("restarts", 0)
+    assert _segments() == []
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_a_decompression_bomb_is_a_client_error_not_a_decode(glm_vision, pool):
+    """A 5 KB PNG that claims 20,000 x 20,000 pixels (1.2 GB decoded) over the default limit
+    (PIL's own, ~179 M pixels): ValueError naming the limit, from the header, in the child
+    and in-process alike (0.5.19: RuntimeError, a 500)."""
+    bomb = _bomb_png(20_000, 20_000)
+    assert len(bomb) < 10_000
+    obj = _request([_url(bomb)])
+    with pytest.raises(ValueError, match="pixels"):
+        asyncio.run(glm_vision.processor.process_mm_data_async(**_kwargs(obj)))
+    with pytest.raises(ValueError, match="pixels"):
+        asyncio.run(pool.process(_kwargs(obj), 1, _never_in_process))
+
+
+def _stop_child(pool) -> int:
+    """SIGSTOP the pool's one child, once it has served a request (so it is ready)."""
+    warm = asyncio.run(pool.process(_kwargs(_request([_url(_png(64, 64, 0))])), 1, _never_in_process))
+    for item in warm.mm_items:
+        item.feature.close_and_unlink()
+    processes = [p for p in pool._processes if not p.closed]
+    assert len(processes) == 1, processes
+    os.kill(processes[0].pid, signal.SIGSTOP)
+    return processes[0].pid
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_a_cancelled_call_leaves_no_segment(glm_vision, pool):
+    """The request is cancelled while its child works (stopped, so the child writes its
+    segments only after the cancel): they are unlinked when the child answers."""
+    obj = _request([_url(_png(1024, 768, 7)), _url(_png(640, 480, 8))])
+    pid = _stop_child(pool)
+
+    async def cancel_mid_call():
+        task = asyncio.ensure_future(pool.process(_kwargs(obj), 2, _never_in_process))
+        await asyncio.sleep(0)  # submitted to the pool's thread
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_mid_call())
+    os.kill(pid, signal.SIGCONT)
+    # The child answers; the pool's thread then unlinks. A second call on the one-thread
+    # pool (queued) runs only after that.
+    follow = asyncio.run(pool.process(_kwargs(_request([_url(_png(64, 64, 9))])), 1, _never_in_process))
+    for item in follow.mm_items:
+        item.feature.close_and_unlink()
+    assert _segments() == [], "a cancelled request's segments were left in /dev/shm"
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_a_child_past_its_deadline_is_killed_and_the_request_done_here(glm_vision, pool, monkeypatch):
+    from sglang.srt.managers import offload_process
+
+    _stop_child(pool)
+    for name in ("DEADLINE_BASE_S", "DEADLINE_S_PER_MB", "MM_DEADLINE_S_PER_ITEM"):
+        monkeypatch.setattr(offload_process, name, 0.0 if name != "DEADLINE_BASE_S" else 1.0)
+    obj = _request([_url(_png(640, 480, 10))])
+    expected = asyncio.run(glm_vision.processor.process_mm_data_async(**_kwargs(obj)))
+    before = _stats()
+    ran_here: List[bool] = []
+
+    async def in_process():
+        ran_here.append(True)
+        return await glm_vision.processor.process_mm_data_async(**_kwargs(obj))
+
+    got = asyncio.run(pool.process(_kwargs(obj), 1, in_process))
+    after = _stats()
+    assert ran_here == [True]
+    assert got.input_ids == expected.input_ids
+    assert after.get("deadline_kills", 0) == before.get("deadline_kills", 0) + 1
+    assert after.get("fallbacks", 0) == before.get("fallbacks", 0) + 1
+    assert _segments() == []
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_a_killed_child_costs_one_in_process_retry_and_is_replaced(glm_vision, pool):
+    obj = _request([_url(_png(640, 480, 11))])
+    warm = asyncio.run(pool.process(_kwargs(obj), 1, _never_in_process))  # a live child
+    del warm
+    before = _stats()
+    for process in [p for p in pool._processes if not p.closed]:
+        os.kill(process.pid, signal.SIGKILL)
+    ran_here: List[bool] = []
+
+    async def in_process():
+        ran_here.append(True)
+        return await glm_vision.processor.process_mm_data_async(**_kwargs(obj))
+
+    asyncio.run(pool.process(_kwargs(obj), 1, in_process))
+    got = asyncio.run(pool.process(_kwargs(obj), 1, _never_in_process))
+    after = _stats()
+    assert ran_here == [True]
+    assert after.get("restarts", 0) == before.get("restarts", 0) + 1
+    for item in got.mm_items:
+        item.feature.close_and_unlink()
+    assert _segments() == []
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_a_full_queue_is_refused(glm_vision, pool):
+    """One child, a queue of one: a third request while one runs and one waits raises
+    OffloadQueueFull (the tokenizer manager answers 503), counted as rejected."""
+    from sglang.srt.managers.offload_process import OffloadQueueFull
+
+    obj = _request([_url(_png(640, 480, 12))])
+    pid = _stop_child(pool)
+    before = _stats()
+
+    async def three_at_once():
+        first = asyncio.ensure_future(pool.process(_kwargs(obj), 1, _never_in_process))
+        second = asyncio.ensure_future(pool.process(_kwargs(obj), 1, _never_in_process))
+        await asyncio.sleep(0)
+        with pytest.raises(OffloadQueueFull):
+            await pool.process(_kwargs(obj), 1, _never_in_process)
+        os.kill(pid, signal.SIGCONT)
+        return await first, await second
+
+    for got in asyncio.run(three_at_once()):
+        for item in got.mm_items:
+            item.feature.close_and_unlink()
+    assert _stats().get("rejected", 0) == before.get("rejected", 0) + 1
+    assert _segments() == []
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_an_undispatched_request_unlinks_its_segments_when_dropped(glm_vision, pool):
+    """A request dropped before dispatch on a path that unlinks nothing itself (a batch whose
+    later item failed) still frees its segments; one handed to the scheduler does not."""
+    from sglang.srt.managers.mm_utils import hand_off_shm_features
+
+    obj = _request([_url(_png(640, 480, 13))])
+    dropped = asyncio.run(pool.process(_kwargs(obj), 1, _never_in_process))
+    assert len(_segments()) == 1
+    del dropped
+    gc.collect()
+    assert _segments() == []
+
+    kept = asyncio.run(pool.process(_kwargs(obj), 1, _never_in_process))
+    pointer = kept.mm_items[0].feature
+    hand_off_shm_features(type("Tokenized", (), {"mm_inputs": kept})())
+    del kept
+    gc.collect()
+    assert len(_segments()) == 1, "a dispatched request's segment was unlinked here"
+    _scheduler_side(pointer)
+    assert _segments() == []
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_close_ends_the_children_and_a_running_call_leaves_nothing(glm_vision):
+    processor = glm_vision.processor
+    own = glm_vision.pool(workers=1, max_queued=1)
+    obj = _request([_url(_png(640, 480, 14))])
+    ran_here: List[bool] = []
+
+    async def in_process():
+        ran_here.append(True)
+        return await processor.process_mm_data_async(**_kwargs(obj))
+
+    async def close_mid_call():
+        loop = asyncio.get_running_loop()
+        call = asyncio.ensure_future(own.process(_kwargs(obj), 1, in_process))
+        await asyncio.sleep(0)
+        pids = [p.pid for p in own._processes]
+        await loop.run_in_executor(None, own.close)
+        return pids, await call
+
+    pids, got = asyncio.run(close_mid_call())
+    for pid in pids:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # reaped
+    assert got.input_ids
+    assert _segments() == []
