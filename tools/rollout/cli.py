@@ -154,7 +154,8 @@ def default_gate() -> Gate:
 def check_deployable(target: Path, label: str, gate: Gate | None) -> None:
     reasons = (gate or default_gate())(target)
     if reasons:
-        lines = [f"  - {r.message} (fix: {r.fix})" for r in reasons]
+        # The checkout's scratch path means nothing to the operator; the revision does.
+        lines = [f"  - {r.message.replace(str(target), label)} (fix: {r.fix})" for r in reasons]
         raise Refused(f"{label} is not deployable ({len(reasons)} reasons):\n" + "\n".join(lines))
 
 

@@ -115,7 +115,8 @@ def _push(registry: LocalRegistry, files_json: str, path: str, tmp: Path) -> str
     shutil.rmtree(view, ignore_errors=True)
     materialize_image(image, view, "symlink")
     try:
-        return registry.seed(f"oci:{view}", path, "rehearsal")
+        # --preserve-digests: byte for byte (skopeo would otherwise compress the layers).
+        return registry.seed(f"oci:{view}", path, "rehearsal", "--preserve-digests")
     finally:
         shutil.rmtree(view, ignore_errors=True)
 
@@ -205,8 +206,8 @@ class Stack:
         self.images["v3"] = _image(os.environ["REHEARSAL_IMAGE_V3"]).config_digest.split(":", 1)[1]
         missing = "sha256:" + hashlib.sha256(b"a release the registry does not have").hexdigest()
         engine_images[f"{records['v3']['repository']}@{missing}"] = f"{self.registry.address}/nearai/sglang-glm53@{missing}"
-        log(f"image v3: {self.pulled_ref} (in the registry only; present in podman before phase 3: "
-            f"{self.api.image_present(self.pulled_ref)})")
+        self._forget(self.pulled_ref)
+        log(f"image v3: {self.pulled_ref} (in the registry only, not in podman)")
         _, support_ref, support_id = _load_image(self.config, os.environ["REHEARSAL_IMAGE_BASE"])
         log(f"stand-in image (project CPU base): {support_ref} (id {support_id[:12]})")
         lab_dir, support_dir = self.tmp / "lab", self.tmp / "support"
@@ -215,9 +216,10 @@ class Stack:
             shutil.copytree(src, dest, symlinks=False, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         subnet = _free_subnet(os.getpid())
         committed = (RUNFILES / "compose" / LONG).read_text()
-        assert committed.count(f"@{records['v3']['digest']}") == 1, "expected r2's image only on v3"
+        v3_image = f"image: {records['v3']['repository']}@{records['v3']['digest']}\n"
+        assert committed.count(v3_image) == 1, f"expected one engine on v3 ({v3_image.strip()})"
         texts = {"a": _revision_a(self.tmp), "b": committed, "c": committed,
-                 "d": committed.replace(f"@{records['v3']['digest']}", f"@{missing}")}
+                 "d": committed.replace(v3_image, f"image: {records['v3']['repository']}@{missing}\n")}
         for revision, broken in (("a", frozenset()), ("b", frozenset()), ("c", frozenset({R2})), ("d", frozenset())):
             source = self.tmp / f"{revision}.source.yaml"
             source.write_text(texts[revision])
@@ -233,6 +235,18 @@ class Stack:
         self.ticker = HealthTicker(self.api, self.project)
         self.ticker.start()
         log(f"setup done in {time.monotonic() - start:.0f} s (network {subnet}, ingress 127.0.0.1:{self.port})")
+
+    def _forget(self, reference: str) -> None:
+        """Untags every name of the image the reference resolves to (an earlier run's load), so
+        the rollout's pull must fetch it; never forced (a container using it keeps it)."""
+        if not self.api.image_present(reference):
+            return
+        info = self.api.get_json(f"/images/{reference}/json")
+        for name in info.get("RepoTags") or []:
+            self.api.request("DELETE", f"/images/{name}")
+        self.api.request("DELETE", f"/images/{info['Id']}")
+        assert not self.api.image_present(reference), (
+            f"{reference} ({info['Id'][:19]}) stays in podman's storage (a container uses it?): the pull would not be tested")
 
     def containers(self) -> dict[str, dict]:
         """service -> {id, image} of the project's containers, from the Docker API."""
@@ -289,7 +303,9 @@ class Stack:
                 "--verify-timeout-s", str(PROXY_TIMEOUT_S), "--bake-s", "10"]
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "DOCKER_HOST": self.service.docker_host, "PYTHONPATH": os.pathsep.join(sys.path)}
+        # Unbuffered: a killed apply's log must hold every line it printed.
+        return {**os.environ, "DOCKER_HOST": self.service.docker_host, "PYTHONPATH": os.pathsep.join(sys.path),
+                "PYTHONUNBUFFERED": "1"}
 
     def run_tool(self, argv: list[str], title: str) -> subprocess.CompletedProcess:
         start = time.monotonic()
@@ -463,13 +479,14 @@ def test_3_roll_r2_to_v3_killed_and_resumed(stack: Stack) -> None:
     state = json.loads(journal.read_text())
     log(f"  killed the first apply (pid {first.pid}) at step {state['entries'][R2]['step']!r}; proxy backends "
         f"draining: {stack.proxy_backends()}")
-    assert state["state"] == "applying" and state["entries"][R2]["drained"], state["entries"]
     proc = stack.run_tool([sys.executable, "-m", "tools.rollout.cli", "--compose-bin", str(stack.compose_bin), "apply",
                            "--resume", "--journal", str(journal), "--lock-dir", str(stack.tmp / "locks")],
                           "rollout apply --resume")
     after = stack.containers()
     stack.log_containers("after ", after)
     counts = stack.log_probes("roll-v3")
+    _assert_served_through(stack, "roll-v3", counts)
+    assert state["state"] == "applying" and state["entries"][R2]["drained"], state["entries"]
     assert proc.returncode == 0, _rollout_failure(f"phase 3 resume ({R2} to v3)", proc)
     first_out = (stack.tmp / "apply-1.log").read_text()
     assert first_out.index(f"{R2}: image {stack.pulled_ref} present") < first_out.index(f"{R2}: drained from {PROXY}") \
@@ -482,7 +499,6 @@ def test_3_roll_r2_to_v3_killed_and_resumed(stack: Stack) -> None:
     assert stack.proxy_backends() == {R1: False, R2: False}, "r2 is not back in the proxy's rotation"
     state = stack.api.state(after[R2]["id"])
     assert state.running and state.health == "healthy"
-    _assert_served_through(stack, "roll-v3", counts)
     answers = _through_proxy(stack.port, 4, "phase 3")
     log(f"  through the proxy path: {answers}")
     assert all(status == 200 for status, _ in answers) and any(up == R2 for _, up in answers), (
