@@ -235,9 +235,9 @@ class Rollout:
             try:
                 self.target.pull(service, self.gates.pull_timeout_s)
             except ComposeError as err:
-                raise StepFailed(service, "pull", f"{err}\nnothing was stopped") from None
+                raise StepFailed(service, "pull", str(err)) from None
             if image and not self.docker.image_present(image):
-                raise StepFailed(service, "pull", f"{image} is not present after the pull; nothing was stopped")
+                raise StepFailed(service, "pull", f"{image} is not present after the pull")
             self.say(f"rollout: {service}: image {image} present ({time.monotonic() - start:.1f} s)")
 
     def _address(self, service: str, compose: Compose) -> str:
@@ -270,11 +270,11 @@ class Rollout:
                 if time.monotonic() > deadline:
                     self.restore(service)
                     raise StepFailed(service, "drain", f"{count:g} requests still in flight on {host}:{port} after "
-                                     f"{g.drain_timeout_s:g} s (--drain-timeout-s); put back into the proxy, nothing stopped")
+                                     f"{g.drain_timeout_s:g} s (--drain-timeout-s); put back into the proxy, not stopped")
                 self.sleep(g.probe_interval_s)
         except DrainError as err:
             self.restore(service)
-            raise StepFailed(service, "drain", f"{err}; nothing stopped") from None
+            raise StepFailed(service, "drain", f"{err}; not stopped") from None
         self.say(f"rollout: {service}: drained from {g.drain_via} (in flight 0 after {time.monotonic() - start:.1f} s)")
 
     def restore(self, service: str) -> None:
@@ -340,12 +340,6 @@ class Rollout:
         j.set_state(jr.APPLYING)
         try:
             self.pull()
-        except (StepFailed, ComposeError, DockerAPIError) as err:
-            self.say(f"rollout: FAILED: {err}")
-            self.say(f"rollout: nothing was stopped; {', '.join(j.services)} run {j.from_label} as before ({RUNBOOK}, \"Pull\")")
-            j.set_state(jr.FAILED, str(err))
-            return 1
-        try:
             for service in j.services:
                 if j.entries[service].step == jr.ROLLED:
                     self.say(f"rollout: {service}: already rolled (journal)")
@@ -354,7 +348,9 @@ class Rollout:
         except (StepFailed, ComposeError, DockerAPIError) as err:
             self.say(f"rollout: FAILED: {err}")
             if not j.touched():
-                self.say(f"rollout: nothing was stopped; {', '.join(j.services)} run {j.from_label} as before")
+                section = "Pull" if isinstance(err, StepFailed) and err.step == "pull" else "Drain"
+                self.say(f"rollout: nothing was stopped; {', '.join(j.services)} run {j.from_label} as before "
+                         f"({RUNBOOK}, \"{section}\")")
                 j.set_state(jr.FAILED, str(err))
                 return 1
             self.say(f"rollout: rolling back {', '.join(j.touched())} to {j.from_label} automatically ({RUNBOOK}, \"Rollback\")")

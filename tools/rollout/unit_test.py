@@ -479,6 +479,18 @@ def test_a_failing_pull_stops_nothing(tmp_path: Path, health_server: int, proxy_
     assert jr.Journal.load(tmp_path / "j.json").state == jr.FAILED
 
 
+def test_a_failing_pull_on_resume_rolls_back_what_was_stopped(tmp_path: Path, health_server: int,
+                                                               monkeypatch) -> None:
+    """A resume whose pull fails after the first run stopped r2 must not leave r2 down."""
+    world, calls = {"pull fails": True}, []
+    monkeypatch.setattr(Health, "healthy", {f"A-{R2}-2"})
+    rollout = _rollout(tmp_path, health_server, world, calls, [R2])
+    rollout.journal.record(R2, jr.STOPPING, "", old_container="A-r2")  # killed after the stop
+    assert rollout.apply() == 1
+    assert calls == [("B", "pull", R2), ("A", "up", R2)] and world[R2] == f"A-{R2}-2"
+    assert jr.Journal.load(tmp_path / "j.json").state == jr.ROLLED_BACK
+
+
 def test_resume_does_not_replace_a_container_already_on_the_target(tmp_path: Path, health_server: int,
                                                                    monkeypatch) -> None:
     """Killed after `up` created r2's new container: the resume waits for it instead of replacing it."""
