@@ -168,16 +168,17 @@ class _Builder:
 
     def engine_healthcheck(self) -> CommentedMap:
         # /health answers without a generation (SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0); the
-        # timeout stays under the inference proxy's 3 s health probe, and start_period covers a
-        # model load up to the engine's watchdog timeout.
+        # timeout stays under the inference proxy's 3 s health probe; start_period is the
+        # table's cold start. The program has no space in it: podman's Docker API joins a CMD
+        # test's arguments and splits them again on whitespace (and the images have no shell).
         url = f"http://127.0.0.1:{self.common.engine.port}/health"
+        program = f"__import__('urllib.request').request.urlopen('{url}',timeout=2)"
         return cmap(
-            ("test", seq(["CMD", "python3", "-c",
-                          f"import urllib.request; urllib.request.urlopen('{url}', timeout=2)"])),
+            ("test", seq(["CMD", "python3", "-c", program])),
             ("interval", "10s"),
             ("timeout", "2s"),
             ("retries", 3),
-            ("start_period", "1800s"),
+            ("start_period", f"{self.common.engine.cold_start_s}s"),
         )
 
     def _sidecar(self, name: str) -> Any:

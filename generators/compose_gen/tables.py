@@ -111,6 +111,7 @@ Env = tuple[tuple[str, str], ...]
 class Engine:
     page_size: int
     port: int
+    cold_start_s: int  # the healthcheck's start_period: a model load that slow is still healthy
     command: tuple[str, ...]
     argv: tuple[Option, ...]
     environment: Env
@@ -415,7 +416,7 @@ def load_common(path: str | Path, display: str | None = None,
     # [engine]
     w = top.sub("engine")
     eng = _mapping(data["engine"], w, "[engine]")
-    _keys(eng, w, ("page_size", "port", "command", "argv", "environment", "hicache"))
+    _keys(eng, w, ("page_size", "port", "cold_start_s", "command", "argv", "environment", "hicache"))
     allowed = SHARED_PLACEHOLDERS + ROW_PLACEHOLDERS
     argv = _argv(eng["argv"], w, allowed)
     missing = [f for f in DERIVED_FLAGS
@@ -435,6 +436,7 @@ def load_common(path: str | Path, display: str | None = None,
     engine = Engine(
         page_size=_int(eng, "page_size", w),
         port=_int(eng, "port", w),
+        cold_start_s=_int(eng, "cold_start_s", w),
         command=_str_list(eng, "command", w),
         argv=argv,
         environment=env,

@@ -124,3 +124,14 @@ def test_yaml11_readers_see_strings(generated):
 def test_generation_is_deterministic(tables, records):
     for name in FILES:
         assert tables.generate(name, records).text == tables.generate(name, records).text
+
+
+def test_engine_healthcheck_survives_podman_and_covers_the_cold_start(generated):
+    """podman's Docker API joins a CMD test and splits it on whitespace again (the images have
+    no shell for CMD-SHELL), so no argument may contain any; start_period is the table's cold
+    start (3600 s, above the documented ~50 min)."""
+    doc = yamlview.load(generated.text)
+    check = doc["x-glm53-engine-common"]["healthcheck"]
+    assert check["test"][0] == "CMD"
+    assert [a for a in check["test"] if re.search(r"\s", a)] == []
+    assert check["start_period"] == "3600s"

@@ -145,6 +145,20 @@ class _NoMetrics:
         return None
 
 
+def _in_flight_gauges(server_args) -> None:
+    """The real scheduler's in-flight gauges, at 0: the fake holds no request past its reply.
+
+    With --enable-metrics the server's /metrics reads the scheduler's gauges from the
+    multiprocess directory launch_server set; the rollout's drain waits on these two."""
+    if not getattr(server_args, "enable_metrics", False) or not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return
+    from prometheus_client import Gauge
+
+    for name in ("sglang:num_running_reqs", "sglang:num_queue_reqs"):
+        gauge = Gauge(name, f"{name} (fake scheduler: always 0)", labelnames=["model_name"], multiprocess_mode="mostrecent")
+        gauge.labels(model_name=server_args.served_model_name).set(0)
+
+
 class FakeScheduler:
     """Stands in for sglang's Scheduler inside the real run_scheduler_process."""
 
@@ -158,6 +172,7 @@ class FakeScheduler:
         self._recv = get_zmq_socket(self._context, zmq.PULL, port_args.scheduler_input_ipc_name, False)
         self._send = get_zmq_socket(self._context, zmq.PUSH, port_args.tokenizer_ipc_name, False)
         self._log_path = os.environ.get("LAB_FAKE_SCHEDULER_LOG")
+        _in_flight_gauges(server_args)
 
     def get_init_info(self) -> dict[str, Any]:
         return init_info()

@@ -1,22 +1,29 @@
 """Applies a planned rollout with the pinned Compose binary, gated, with automatic rollback.
 
-For each named service, in the order given:
+Before anything stops, every named service's image is pulled (`pull --policy missing`) and
+must then be present: a release that cannot be fetched fails the rollout with every container
+untouched. Then, for each named service, in the order given:
 
-1. stop the old container with the service's own grace period (`stop -t`), remove it;
-2. `up --detach --no-deps --wait --wait-timeout T SERVICE` from the target revision (only that
+1. drain (engines, with `--drain-via`): the proxy stops routing new requests to the replica,
+   then the engine's own in-flight gauges (drain.py) must read 0 before the stop;
+2. stop the old container with the service's own grace period (`stop -t`), remove it;
+3. `up --detach --no-deps --wait --wait-timeout T SERVICE` from the target revision (only that
    service: dependencies and every other container stay as they are);
-3. health gate: `/health` on the new container's address answers 200 N times in a row within
+4. health gate: `/health` on the new container's address answers 200 N times in a row within
    the timeout;
-4. verification: requests through the proxy path (`--verify-url`) all answer 200 and, with
-   `--verify-upstream-header`, they go on until one names the rolled service as its upstream
-   (the proxy's own view: it may route to the new container only after it noticed it), within
-   a bound;
-5. bake: for `--bake-s`, `/health` keeps answering 200 and the container neither exits nor
+5. the check (engines): the compose file's own check service (`--check-service`, the
+   perception check) run once against this replica's address, directly, not through the proxy;
+6. restore: the replica goes back into the proxy's rotation;
+7. verification: requests through the proxy path (`--verify-url`) all answer 200 and, with
+   `--verify-upstream-header`, they go on until one names the rolled service as its upstream,
+   within a bound;
+8. bake: for `--bake-s`, `/health` keeps answering 200 and the container neither exits nor
    restarts.
 
 Any failure rolls every service this run touched back to the deployed revision (the same
-steps from the other file, health-gated) and says so. Each step is written to the journal
-first, so an interrupted run can be resumed or rolled back.
+steps from the other file, health-gated, then restored to the proxy) and says so. Each step is
+written to the journal first, so an interrupted run can be resumed or rolled back; a resumed
+service whose container already runs the target revision is not replaced again.
 """
 
 from __future__ import annotations
@@ -30,6 +37,9 @@ from urllib.parse import urlsplit
 from tools.rollout import journal as jr
 from tools.rollout.compose_cli import Compose, ComposeError, ServiceState
 from tools.rollout.docker_api import DockerAPI, DockerAPIError
+from tools.rollout.drain import DrainError, Drainer, in_flight
+
+RUNBOOK = "docs/rollout.md"
 
 
 class StepFailed(Exception):
@@ -40,7 +50,8 @@ class StepFailed(Exception):
 
 @dataclass(frozen=True)
 class Gates:
-    wait_timeout_s: float = 1800.0
+    # Covers the documented cold start (up to ~50 min) and the engines' start_period (3600 s).
+    wait_timeout_s: float = 3600.0
     health_timeout_s: float = 600.0
     health_path: str = "/health"
     healthy_probes: int = 3
@@ -54,6 +65,13 @@ class Gates:
     verify_token: str | None = None  # bearer token for the proxy; never printed
     bake_s: float = 60.0
     max_restarts: int = 1  # a restart while `up --wait` waits: the new container crash-loops
+    pull_timeout_s: float = 3600.0  # a 20-40 GB engine image
+    drain_via: str | None = None  # the proxy service whose drain API (drain.py) takes a replica out
+    drain_port: int = 8000
+    drain_timeout_s: float = 300.0  # until the engine's in-flight gauges read 0
+    check_service: str | None = None  # the compose service that checks one replica (perception)
+    check_env: str = "PERCEPTION_TARGETS"  # how the check is told the replica: NAME=URL
+    check_timeout_s: float = 900.0
 
 
 def http_get(url: str, timeout_s: float, token: str | None = None) -> tuple[int, dict[str, str]]:
@@ -205,13 +223,113 @@ class Rollout:
                  f" (up --wait returned in {time.monotonic() - start:.1f} s)")
         return new_id
 
+    # -- pull, drain, check -----------------------------------------------------------------
+
+    def pull(self) -> None:
+        """Every service still to roll has its target image here, before anything stops."""
+        for service in self.journal.services:
+            if self.journal.entries[service].step == jr.ROLLED:
+                continue
+            image = self.target_states[service].image
+            start = time.monotonic()
+            try:
+                self.target.pull(service, self.gates.pull_timeout_s)
+            except ComposeError as err:
+                raise StepFailed(service, "pull", str(err)) from None
+            if image and not self.docker.image_present(image):
+                raise StepFailed(service, "pull", f"{image} is not present after the pull")
+            self.say(f"rollout: {service}: image {image} present ({time.monotonic() - start:.1f} s)")
+
+    def _address(self, service: str, compose: Compose) -> str:
+        cid = compose.container_id(service)
+        if cid is None:
+            raise StepFailed(service, "drain", f"{service} has no container")
+        state = self.docker.state(cid)
+        if not state.addresses:
+            raise StepFailed(service, "drain", f"container {cid[:12]} of {service} has no network address")
+        return state.addresses[0]
+
+    def _drainer(self) -> Drainer:
+        return Drainer(self._address(self.gates.drain_via, self.target), self.gates.drain_port)
+
+    def drain(self, service: str) -> None:
+        """Out of the proxy's rotation, then until the old engine holds no request."""
+        g = self.gates
+        if g.drain_via is None or self.deployed_states[service].health_port is None:
+            return
+        start = time.monotonic()
+        try:
+            self._drainer().drain(service)
+            self.journal.record(service, self.journal.entries[service].step, "drained", drained=True)
+            if self.deployed.container_id(service) is None:  # an interrupted run already removed it
+                self.say(f"rollout: {service}: drained from {g.drain_via} (no container: nothing in flight)")
+                return
+            host, port = self._address(service, self.deployed), self.deployed_states[service].health_port
+            deadline = time.monotonic() + g.drain_timeout_s
+            while (count := in_flight(host, port)) > 0:
+                if time.monotonic() > deadline:
+                    self.restore(service)
+                    raise StepFailed(service, "drain", f"{count:g} requests still in flight on {host}:{port} after "
+                                     f"{g.drain_timeout_s:g} s (--drain-timeout-s); put back into the proxy, not stopped")
+                self.sleep(g.probe_interval_s)
+        except DrainError as err:
+            self.restore(service)
+            raise StepFailed(service, "drain", f"{err}; not stopped") from None
+        self.say(f"rollout: {service}: drained from {g.drain_via} (in flight 0 after {time.monotonic() - start:.1f} s)")
+
+    def restore(self, service: str) -> None:
+        if not self.journal.entries[service].drained:
+            return
+        try:
+            self._drainer().restore(service)
+        except (DrainError, StepFailed) as err:
+            raise StepFailed(service, "restore", f"{err}; put it back by hand ({RUNBOOK}, \"Drain\")") from None
+        self.journal.record(service, self.journal.entries[service].step, "restored", drained=False)
+        self.say(f"rollout: {service}: back in {self.gates.drain_via}'s rotation")
+
+    def check(self, service: str, states: dict[str, ServiceState]) -> None:
+        """The compose file's check service run against this replica, directly."""
+        g = self.gates
+        port = states[service].health_port
+        if g.check_service is None or port is None:
+            return
+        start = time.monotonic()
+        target = f"{service}=http://{service}:{port}"
+        code, output = self.target.run_check(g.check_service, {g.check_env: target}, g.check_timeout_s)
+        if code != 0:
+            raise StepFailed(service, "check", f"{g.check_service} ({g.check_env}={target}) exited {code}:\n{output[-2000:]}")
+        self.say(f"rollout: {service}: {g.check_service} passed against http://{service}:{port} "
+                 f"({time.monotonic() - start:.1f} s)")
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def _runs_target(self, service: str) -> str | None:
+        """The service's container id when it already runs the target revision (a resumed run)."""
+        cid = self.target.container_id(service)
+        if cid and self.docker.config_hash(cid) == self.target_states[service].compose_hash:
+            return cid
+        return None
+
     def roll(self, service: str) -> None:
         j = self.journal
-        j.record(service, jr.STOPPING, "", old_container=self.target.container_id(service))
-        new_id = self._replace(service, self.deployed, self.deployed_states, self.target)
+        resumed = j.entries[service].step != jr.PENDING and self._runs_target(service)
+        if resumed:
+            # Interrupted after the target's container was created: wait for it, do not replace it.
+            self.say(f"rollout: {service}: resuming; container {resumed[:12]} already runs {j.to_label}")
+            try:
+                self.target.up(service, self.gates.wait_timeout_s, watch=lambda: self._crash_loop(self.target.project, service))
+            except ComposeError as err:
+                raise StepFailed(service, "up --wait", str(err)) from None
+            new_id = self.target.container_id(service) or resumed
+        else:
+            self.drain(service)
+            j.record(service, jr.STOPPING, "", old_container=self.target.container_id(service))
+            new_id = self._replace(service, self.deployed, self.deployed_states, self.target)
         j.record(service, jr.STARTED, new_id, new_container=new_id)
         self.health_gate(service, new_id, self.target_states)
         j.record(service, jr.HEALTHY)
+        self.check(service, self.target_states)
+        self.restore(service)
         self.verify(service)
         j.record(service, jr.VERIFIED)
         self.bake(service, new_id)
@@ -221,6 +339,7 @@ class Rollout:
         j = self.journal
         j.set_state(jr.APPLYING)
         try:
+            self.pull()
             for service in j.services:
                 if j.entries[service].step == jr.ROLLED:
                     self.say(f"rollout: {service}: already rolled (journal)")
@@ -228,7 +347,13 @@ class Rollout:
                 self.roll(service)
         except (StepFailed, ComposeError, DockerAPIError) as err:
             self.say(f"rollout: FAILED: {err}")
-            self.say(f"rollout: rolling back {', '.join(j.touched())} to {j.from_label} automatically")
+            if not j.touched():
+                section = "Pull" if isinstance(err, StepFailed) and err.step == "pull" else "Drain"
+                self.say(f"rollout: nothing was stopped; {', '.join(j.services)} run {j.from_label} as before "
+                         f"({RUNBOOK}, \"{section}\")")
+                j.set_state(jr.FAILED, str(err))
+                return 1
+            self.say(f"rollout: rolling back {', '.join(j.touched())} to {j.from_label} automatically ({RUNBOOK}, \"Rollback\")")
             j.set_state(jr.ROLLING_BACK, str(err))
             return self.rollback()
         j.set_state(jr.DONE)
@@ -239,16 +364,18 @@ class Rollout:
         """Returns every touched service to the deployed revision; 1 when done, 3 if it failed."""
         j = self.journal
         j.set_state(jr.ROLLING_BACK)
-        for service in reversed(j.touched()):
+        for service in reversed(j.services):
             try:
-                new_id = self._replace(service, self.target, self.target_states, self.deployed)
-                self.health_gate(service, new_id, self.deployed_states)
+                if service in j.touched():
+                    new_id = self._replace(service, self.target, self.target_states, self.deployed)
+                    self.health_gate(service, new_id, self.deployed_states)
+                    j.record(service, jr.SERVICE_ROLLED_BACK, new_id, new_container=new_id)
+                    self.say(f"rollout: {service}: rolled back to {j.from_label} (container {new_id[:12]}, healthy)")
+                self.restore(service)
             except (StepFailed, ComposeError, DockerAPIError) as err:
-                self.say(f"rollout: ROLLBACK FAILED: {err}; the journal {j.path} keeps the state")
+                self.say(f"rollout: ROLLBACK FAILED: {err}; the journal {j.path} keeps the state ({RUNBOOK}, \"Rollback\")")
                 j.set_state(jr.ROLLBACK_FAILED, f"rollback: {err}")
                 return 3
-            j.record(service, jr.SERVICE_ROLLED_BACK, new_id, new_container=new_id)
-            self.say(f"rollout: {service}: rolled back to {j.from_label} (container {new_id[:12]}, healthy)")
         j.set_state(jr.ROLLED_BACK)
         self.say(f"rollout: rolled back: {', '.join(j.services)} on {j.from_label}")
         return 1

@@ -91,6 +91,8 @@ class ServiceState:
     grace_s: float = 10.0  # stop_grace_period (Compose's default: 10 s)
     # Engines (label nearai.otel.role=engine) answer GET /health on their nearai.otel.port.
     health_port: int | None = None
+    image: str | None = None
+    start_period_s: float = 0.0  # the container healthcheck's start_period (0: none)
 
 
 @dataclass
@@ -102,6 +104,7 @@ class Compose:
     project_dir: Path | None = None  # relative paths resolve here (a git revision is materialized elsewhere)
     docker_host: str | None = None
     redact: Redactor = field(default_factory=Redactor)
+    profiles: tuple[str, ...] = ()  # `--profile P` each; "*" enables every profile
 
     def _env(self) -> dict[str, str]:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root")}
@@ -121,6 +124,8 @@ class Compose:
         argv = [str(self.binary), "-p", self.project, "-f", str(self.file), "--project-directory", str(self.project_dir or self.file.parent)]
         if self.env_file is not None:
             argv += ["--env-file", str(self.env_file)]
+        for profile in self.profiles:
+            argv += ["--profile", profile]
         return argv + list(args)
 
     def run(self, *args: str, timeout_s: float = 120.0, check: bool = True) -> subprocess.CompletedProcess:
@@ -147,6 +152,12 @@ class Compose:
                 out[name] = digest
         return out
 
+    def all_services(self) -> set[str]:
+        """Every service of the file, profiled ones included (the plan sees only the default set)."""
+        with_all = Compose(self.binary, self.file, self.project, self.env_file, self.project_dir, self.docker_host,
+                           self.redact, ("*",))
+        return set(with_all.run("config", "--services").stdout.split())
+
     def states(self) -> dict[str, ServiceState]:
         return service_states(self.model(), self.hashes(), self.project_dir or self.file.parent)
 
@@ -159,6 +170,18 @@ class Compose:
 
     def remove(self, service: str) -> None:
         self.run("rm", "--force", "--stop", service)
+
+    def pull(self, service: str, timeout_s: float) -> None:
+        """`pull --policy missing SERVICE`: an image pinned by digest that is present is not fetched again."""
+        self.run("pull", "--policy", "missing", service, timeout_s=timeout_s)
+
+    def run_check(self, service: str, env: Mapping[str, str], timeout_s: float) -> tuple[int, str]:
+        """`run --rm --no-deps -e K=V SERVICE`: a one-off check container; (exit code, redacted output)."""
+        args = ["run", "--rm", "--no-deps", "--quiet-pull"]
+        for key, value in env.items():
+            args += ["-e", f"{key}={value}"]
+        proc = self.run(*args, service, timeout_s=timeout_s, check=False)
+        return proc.returncode, self.redact((proc.stdout + proc.stderr).strip())
 
     def up(self, service: str, wait_timeout_s: float, watch: Callable[[], str | None] = lambda: None,
            poll_s: float = 1.0) -> None:
@@ -217,12 +240,15 @@ def service_states(model: Mapping[str, Any], hashes: Mapping[str, str], project_
         grace = service.get("stop_grace_period")
         labels = service.get("labels") or {}
         engine = labels.get("nearai.otel.role") == "engine"
+        start_period = (service.get("healthcheck") or {}).get("start_period")
         states[name] = ServiceState(
             name=name,
             compose_hash=hashes.get(name, ""),
             configs=mounted,
             grace_s=go_duration_s(grace, f"services.{name}.stop_grace_period") if grace else 10.0,
             health_port=int(labels.get("nearai.otel.port", "8000")) if engine else None,
+            image=service.get("image"),
+            start_period_s=go_duration_s(start_period, f"services.{name}.healthcheck.start_period") if start_period else 0.0,
         )
     return states
 

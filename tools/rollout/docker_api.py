@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
+CONFIG_HASH_LABEL = "com.docker.compose.config-hash"
 
 
 class DockerAPIError(Exception):
@@ -71,6 +72,17 @@ class DockerAPI:
         """Ids of the service's containers (running or not), by Compose's labels."""
         flt = json.dumps({"label": [f"com.docker.compose.project={project}", f"com.docker.compose.service={service}"]})
         return [c["Id"] for c in self.get_json(f"/containers/json?all=true&filters={quote(flt)}")]
+
+    def config_hash(self, container_id: str) -> str:
+        """The Compose recreate hash the container was created with ('' without one)."""
+        labels = (self.get_json(f"/containers/{quote(container_id)}/json").get("Config") or {}).get("Labels") or {}
+        return labels.get(CONFIG_HASH_LABEL, "")
+
+    def image_present(self, reference: str) -> bool:
+        status, body = self.request("GET", f"/images/{quote(reference, safe='/:@')}/json")
+        if status not in (200, 404):
+            raise DockerAPIError(f"Docker API at {self.host}: GET /images/{reference}/json answered {status}: {body[:300]!r}")
+        return status == 200
 
     def state(self, container_id: str) -> ContainerState:
         data = self.get_json(f"/containers/{quote(container_id)}/json")

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 APPLYING, ROLLING_BACK, DONE, ROLLED_BACK, ROLLBACK_FAILED = "applying", "rolling-back", "done", "rolled-back", "rollback-failed"
+FAILED = "failed"  # refused after the journal was written (a pull, a drain) with nothing stopped
 UNFINISHED = (APPLYING, ROLLING_BACK, ROLLBACK_FAILED)
 # Per service, in order. `stopping` is written before the old container is touched.
 PENDING, STOPPING, STARTED, HEALTHY, VERIFIED, ROLLED = "pending", "stopping", "started", "healthy", "verified", "rolled"
@@ -35,6 +36,7 @@ class ServiceEntry:
     step: str = PENDING
     old_container: str | None = None
     new_container: str | None = None
+    drained: bool = False  # out of the proxy's rotation: a rollback or resume puts it back
 
 
 @dataclass
@@ -52,10 +54,14 @@ class Journal:
     entries: dict[str, ServiceEntry] = field(default_factory=dict)
     events: list[dict] = field(default_factory=list)
     error: str | None = None
+    # The gates this apply runs with (no secret: the token is named by its env-file key), so a
+    # resume or rollback checks exactly what the apply did.
+    options: dict = field(default_factory=dict)
 
     @classmethod
     def create(cls, path: Path, project: str, services: list[str], from_label: str, from_text: str,
-               to_label: str, to_text: str, env_file: Path | None, project_dir: Path) -> "Journal":
+               to_label: str, to_text: str, env_file: Path | None, project_dir: Path,
+               options: dict | None = None) -> "Journal":
         if path.exists():
             old = cls.load(path)
             if old.state in UNFINISHED:
@@ -70,7 +76,7 @@ class Journal:
         journal = cls(path=path, project=project, services=list(services), from_label=from_label, to_label=to_label,
                       from_file=str(revisions / "from.yaml"), to_file=str(revisions / "to.yaml"),
                       env_file=str(env_file) if env_file else None, project_dir=str(project_dir),
-                      entries={s: ServiceEntry() for s in services})
+                      entries={s: ServiceEntry() for s in services}, options=dict(options or {}))
         journal.record(None, "created", f"{from_label} -> {to_label}")
         return journal
 
@@ -92,7 +98,7 @@ class Journal:
         tmp.write_text(json.dumps(data, indent=1) + "\n")
         tmp.replace(self.path)
 
-    def record(self, service: str | None, step: str, detail: str = "", **entry: str | None) -> None:
+    def record(self, service: str | None, step: str, detail: str = "", **entry: str | bool | None) -> None:
         if service is not None:
             current = self.entries[service]
             current.step = step

@@ -5,9 +5,12 @@
   its own process group, stopped by that group's id.
 * `HealthTicker`: podman schedules container healthchecks with systemd timers; without systemd
   (this machine) nothing runs them, so `up --wait` would wait forever. The ticker runs each
-  running container's healthcheck once a second through podman's own API, as the timer would.
+  running container's healthcheck through podman's own API at the check's own interval, as the
+  timer would.
 * `Prober`: GET /health of every engine's fixed address every 200 ms, each probe recorded with
   the phase it fell in.
+* `Traffic`: a client's chat completions through the ingress (nginx -> proxy -> an engine)
+  every 100 ms, each answer recorded with its phase and the replica that served it.
 """
 
 from __future__ import annotations
@@ -33,9 +36,17 @@ class RehearsalError(Exception):
     pass
 
 
+# Beside the socket: what tools/rollout/cli.py's --rehearsal requires of its Docker endpoint.
+REHEARSAL_MARKER = "glm53-rehearsal-endpoint"
+
+
 class PodmanService:
-    def __init__(self, config: podman_backend.PodmanConfig, socket_path: Path, log: Path) -> None:
+    """`registries_conf`: the service's own registries.conf (e.g. a loopback registry over http)."""
+
+    def __init__(self, config: podman_backend.PodmanConfig, socket_path: Path, log: Path,
+                 registries_conf: Path | None = None) -> None:
         self.config, self.socket_path, self.log_path = config, socket_path, log
+        self.registries_conf = registries_conf
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -48,6 +59,9 @@ class PodmanService:
         env = self.config.environment()
         # CNI's bridge plugin runs iptables from /usr/sbin, which a test's strict PATH lacks.
         env["PATH"] = ":".join([env.get("PATH", "/usr/bin:/bin"), "/usr/sbin", "/sbin"])
+        if self.registries_conf is not None:
+            env["CONTAINERS_REGISTRIES_CONF"] = str(self.registries_conf)
+        (self.socket_path.parent / REHEARSAL_MARKER).write_text("a rehearsal's podman service (tools/rollout/rehearsal.py)\n")
         self.proc = subprocess.Popen(
             ["podman", "system", "service", "--time=0", self.docker_host],
             env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
@@ -85,26 +99,40 @@ def project_filter(project: str) -> str:
 
 
 class HealthTicker(threading.Thread):
-    def __init__(self, api: DockerAPI, project: str, interval_s: float = 1.0) -> None:
+    def __init__(self, api: DockerAPI, project: str, tick_s: float = 1.0) -> None:
         super().__init__(daemon=True, name="health-ticker")
-        self.api, self.project, self.interval_s = api, project, interval_s
+        self.api, self.project, self.tick_s = api, project, tick_s
         self.stopping = threading.Event()
         self.runs = 0
+        self._due: dict[str, float] = {}  # container id -> when its next check runs
+        self._interval: dict[str, float | None] = {}  # container id -> its healthcheck interval
+
+    def _interval_s(self, cid: str) -> float | None:
+        if cid not in self._interval:
+            check = (self.api.get_json(f"/containers/{cid}/json").get("Config") or {}).get("Healthcheck") or {}
+            test = check.get("Test") or []
+            # Docker's API gives nanoseconds; 0 is Docker's default of 30 s.
+            self._interval[cid] = None if not test or test[0] == "NONE" else (check.get("Interval") or 30e9) / 1e9
+        return self._interval[cid]
 
     def run(self) -> None:
-        while not self.stopping.wait(self.interval_s):
+        while not self.stopping.wait(self.tick_s):
             try:
                 containers = self.api.get_json(f"/containers/json?filters={project_filter(self.project)}")
+                for container in containers:
+                    cid = container["Id"]
+                    interval = self._interval_s(cid) if container.get("State") == "running" else None
+                    if interval is None:
+                        continue
+                    now = time.monotonic()
+                    due = self._due.setdefault(cid, now + interval)  # the first check after one interval
+                    if now < due:
+                        continue
+                    self._due[cid] = now + interval
+                    self.api.request("GET", f"/v4.0.0/libpod/containers/{cid}/healthcheck", timeout_s=30)
+                    self.runs += 1
             except DockerAPIError:
                 continue
-            for container in containers:
-                if container.get("State") != "running":
-                    continue
-                try:  # a container without a healthcheck answers an error at once
-                    self.api.request("GET", f"/v4.0.0/libpod/containers/{container['Id']}/healthcheck", timeout_s=10)
-                    self.runs += 1
-                except DockerAPIError:
-                    pass
 
     def stop(self) -> None:
         self.stopping.set()
@@ -179,6 +207,69 @@ class Prober:
         with self._lock:
             mine = [p for p in self.probes if p.phase == phase and p.service == service]
         return len(mine), sum(1 for p in mine if p.status != 200)
+
+
+@dataclass(frozen=True)
+class Answer:
+    phase: str
+    status: int  # 0: no answer within the timeout
+    upstream: str
+    error: str
+
+
+@dataclass
+class Traffic:
+    """Chat completions through the ingress, one at a time, every interval_s."""
+
+    url: str
+    model: str
+    interval_s: float = 0.1
+    timeout_s: float = 60.0
+    phase: str = "setup"
+    answers: list[Answer] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="traffic")
+        self._body = json.dumps({"model": self.model, "max_tokens": 1,
+                                 "messages": [{"role": "user", "content": "Say ok."}]}).encode()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _loop(self) -> None:
+        host, _, port = self.url.split("://", 1)[1].split("/", 1)[0].partition(":")
+        while not self._stopping.is_set():
+            phase = self.phase
+            conn = http.client.HTTPConnection(host, int(port or 80), timeout=self.timeout_s)
+            try:
+                conn.request("POST", "/v1/chat/completions", body=self._body, headers={"Content-Type": "application/json"})
+                response = conn.getresponse()
+                response.read()
+                answer = Answer(phase, response.status, response.getheader("X-Upstream") or "",
+                                response.getheader("X-Upstream-Errors") or "")
+            except (OSError, http.client.HTTPException) as err:
+                answer = Answer(phase, 0, "", str(err) or type(err).__name__)
+            finally:
+                conn.close()
+            with self._lock:
+                self.answers.append(answer)
+            self._stopping.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=self.timeout_s + 5)
+
+    def summary(self, phase: str) -> tuple[int, list[Answer], dict[str, int]]:
+        """(requests, the failed ones, answers per upstream) of one phase."""
+        with self._lock:
+            mine = [a for a in self.answers if a.phase == phase]
+        upstreams: dict[str, int] = {}
+        for a in mine:
+            if a.status == 200:
+                upstreams[a.upstream] = upstreams.get(a.upstream, 0) + 1
+        return len(mine), [a for a in mine if a.status != 200], upstreams
 
 
 def project_objects(api: DockerAPI, project: str) -> dict[str, list[str]]:

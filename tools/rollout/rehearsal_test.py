@@ -1,28 +1,33 @@
-"""The rollout rehearsed on this machine: the long-context deployment on podman, three phases.
+"""The rollout rehearsed on this machine: the long-context deployment on podman, four phases.
 
 Revisions (each Compose's canonical model of a file generated from the same tables, turned
 into its CPU rehearsal by tools/rollout/transform.py): A = r1 and r2 on v2 (the tables with
-r2's release set to glm53_v2), B = the committed file (r2 on v3), C = B with r2 broken (its
-server never starts, so it never turns healthy). /health of both engines is probed every
-200 ms from the first deploy to the end.
+r2's release set to glm53_v2; the image loaded into podman), B = the committed file (r2 on v3,
+pulled from a loopback registry), C = B with r2 broken (its server never starts), D = B with
+r2's image a digest the registry does not have. The engines run the committed healthcheck.
+/health of both engines is probed every 200 ms, and a client sends chat completions through
+nginx -> proxy every 100 ms, from the first deploy to the end.
 
 1. deploy A with `up --wait`: every engine healthy;
-2. `rollout apply` A -> B for r2: only r2's container replaced, r1 never misses a probe, r2
-   healthy and answering through the proxy path (nginx stand-in -> proxy stand-in -> r2);
-3. `rollout apply` B -> C for r2: the gate fails, the tool rolls r2 back to B on its own, r1
-   never misses a probe, r2 ends on v3 and healthy.
+2. `rollout apply` A -> D: the pull fails before anything stops; r2 keeps running A;
+3. `rollout apply` A -> B: pull, drain, stop (5 min grace), start, check, restore; a second
+   apply of the project meanwhile is refused naming the first; the first is killed (SIGKILL,
+   with its Compose child) once r2's old container is gone, and `apply --resume` finishes it;
+4. `rollout apply` B -> C: the gate fails, the tool rolls r2 back to B on its own.
 
-The log (stderr and rehearsal.log in the test outputs) shows each phase with probe counts and
-container ids. Everything started (podman service, containers, networks, volumes) is removed
-by id at the end. The services keep their fixed container names, so two rehearsals on one
-machine (two worktrees' Bazel servers) would collide on them: each holds a lock file beside
-podman's storage for its whole run, and a second one waits for it.
+Through phases 2-4 the client sees no failed request and r1 misses no probe. The log (stderr
+and rehearsal.log in the test outputs) shows each phase with probe and request counts and
+container ids. Everything started (registry, podman service, containers, networks, volumes)
+is removed by id at the end. The services keep their fixed container names, so two
+rehearsals on one machine (two worktrees' Bazel servers) would collide on them: each holds a
+lock file beside podman's storage for its whole run, and a second one waits for it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import http.client
 import io
 import json
@@ -39,13 +44,16 @@ from pathlib import Path
 import pytest
 
 from generators.compose_gen.cli import main as generate_main
-from tools.podman import podman_backend
+from tools.oci.materialize import materialize_image
 from tools.oci.ocilayout import parse_blob_args, read_layout
+from tools.oci.testing.local_registry import LocalRegistry
+from tools.podman import podman_backend
 from tools.podman.spec import default_cache_root
 from tools.rollout.compose_cli import Compose
 from tools.rollout.docker_api import DockerAPI
-from tools.rollout.rehearsal import HealthTicker, PodmanService, Prober, project_filter, project_objects, remove_objects
-from tools.rollout.transform import rehearsal_model
+from tools.rollout.rehearsal import (HealthTicker, PodmanService, Prober, Traffic, project_filter, project_objects,
+                                     remove_objects)
+from tools.rollout.transform import PROXY, rehearsal_model
 
 LONG = "GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml"
 R1, R2 = "model-sg-glm53-w4afp8-tp4-r1", "model-sg-glm53-w4afp8-tp4-r2"
@@ -95,10 +103,27 @@ def _revision_a(tmp: Path) -> str:
     return out.read_text()
 
 
+def _image(files_json: str):
+    files = json.loads((RUNFILES / files_json).read_text())
+    return read_layout(RUNFILES / files["layout"], parse_blob_args(files["blobs"]), require_blobs=True)  # blobs: relative to RUNFILES (cwd)
+
+
+def _push(registry: LocalRegistry, files_json: str, path: str, tmp: Path) -> str:
+    """Copies an image_files target into the registry as is; returns the digest it serves."""
+    image = _image(files_json)
+    view = tmp / f"push-{image.manifest_digest.split(':', 1)[1][:16]}"
+    shutil.rmtree(view, ignore_errors=True)
+    materialize_image(image, view, "symlink")
+    try:
+        # --preserve-digests: byte for byte (skopeo would otherwise compress the layers).
+        return registry.seed(f"oci:{view}", path, "rehearsal", "--preserve-digests")
+    finally:
+        shutil.rmtree(view, ignore_errors=True)
+
+
 def _load_image(config: podman_backend.PodmanConfig, files_json: str) -> tuple[str, str, str]:
     """(manifest digest, local reference, image id) of an image_files target, pulled into podman."""
-    files = json.loads((RUNFILES / files_json).read_text())
-    image = read_layout(RUNFILES / files["layout"], parse_blob_args(files["blobs"]), require_blobs=True)  # blobs: relative to RUNFILES (cwd)
+    image = _image(files_json)
     image_id = podman_backend.pull(config, image)
     ref = f"{podman_backend.IMAGE_NAME}:{image.manifest_digest.split(':', 1)[1][:16]}"
     return image.manifest_digest, ref, image_id
@@ -112,11 +137,15 @@ class Stack:
         self.compose_bin = (RUNFILES / os.environ["COMPOSE_BIN"]).absolute()
         self.project = f"rehearsal{os.getpid()}"
         self.config = podman_backend.PodmanConfig(default_cache_root() / "podman")
-        self.service = PodmanService(self.config, self.sock_dir / "podman.sock", self.tmp / "podman-service.log")
+        self.registry = LocalRegistry(self.tmp / "registry")
+        self.service = PodmanService(self.config, self.sock_dir / "podman.sock", self.tmp / "podman-service.log",
+                                     registries_conf=self.tmp / "registries.conf")
         self.api = DockerAPI(self.service.docker_host)
         self.ticker: HealthTicker | None = None
         self.prober: Prober | None = None
+        self.traffic: Traffic | None = None
         self.files: dict[str, Path] = {}
+        self.pulled_ref = ""  # r2's v3 image in the loopback registry
         self.images: dict[str, str] = {}  # name (v2, v3) -> podman image id
         self.port = _free_port()
         self.unfinished: str | None = None  # the phase that started and did not pass
@@ -152,19 +181,33 @@ class Stack:
         self.lock()
         start = time.monotonic()
         os.chdir(RUNFILES)
+        self.registry.start()
+        # The loopback registry speaks http; podman pulls from it only when told so.
+        (self.tmp / "registries.conf").write_text(f'[[registry]]\nlocation = "{self.registry.address}"\ninsecure = true\n')
+        log(f"loopback registry {self.registry.address} (pid {self.registry.process.pid})")
         self.service.start()
         log(f"podman system service on {self.service.socket_path} (pid {self.service.proc.pid}),"
             f" storage {self.config.root}")
         records = {n: json.loads((RUNFILES / "recipes" / "releases" / f"glm53_{n}.json").read_text()) for n in ("v2", "v3")}
         engine_images = {}
-        for name in ("v2", "v3"):
-            digest, ref, image_id = _load_image(self.config, os.environ[f"REHEARSAL_IMAGE_{name.upper()}"])
-            assert digest == records[name]["digest"], (
-                f"recipes/releases/glm53_{name}.json records {records[name]['digest']} but the image built here is "
-                f"{digest}: regenerate the record (tools/release/README.md)")
-            engine_images[f"{records[name]['repository']}@{digest}"] = ref
-            self.images[name] = image_id
-            log(f"image {name}: {ref} (id {image_id[:12]}, manifest {digest[:19]})")
+        digest, ref, image_id = _load_image(self.config, os.environ["REHEARSAL_IMAGE_V2"])
+        assert digest == records["v2"]["digest"], (
+            f"recipes/releases/glm53_v2.json records {records['v2']['digest']} but the image built here is "
+            f"{digest}: regenerate the record (tools/release/README.md)")
+        engine_images[f"{records['v2']['repository']}@{digest}"] = ref
+        self.images["v2"] = image_id
+        log(f"image v2: {ref} (id {image_id[:12]}, manifest {digest[:19]}), loaded into podman")
+        # v3 only in the registry: phase 3's rollout must pull it before it stops r2.
+        served = _push(self.registry, os.environ["REHEARSAL_IMAGE_V3"], "nearai/sglang-glm53", self.tmp)
+        assert served == records["v3"]["digest"], (
+            f"recipes/releases/glm53_v3.json records {records['v3']['digest']} but the registry serves {served}")
+        self.pulled_ref = f"{self.registry.address}/nearai/sglang-glm53@{served}"
+        engine_images[f"{records['v3']['repository']}@{served}"] = self.pulled_ref
+        self.images["v3"] = _image(os.environ["REHEARSAL_IMAGE_V3"]).config_digest.split(":", 1)[1]
+        missing = "sha256:" + hashlib.sha256(b"a release the registry does not have").hexdigest()
+        engine_images[f"{records['v3']['repository']}@{missing}"] = f"{self.registry.address}/nearai/sglang-glm53@{missing}"
+        self._forget(self.pulled_ref)
+        log(f"image v3: {self.pulled_ref} (in the registry only, not in podman)")
         _, support_ref, support_id = _load_image(self.config, os.environ["REHEARSAL_IMAGE_BASE"])
         log(f"stand-in image (project CPU base): {support_ref} (id {support_id[:12]})")
         lab_dir, support_dir = self.tmp / "lab", self.tmp / "support"
@@ -172,20 +215,38 @@ class Stack:
             shutil.rmtree(dest, ignore_errors=True)
             shutil.copytree(src, dest, symlinks=False, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         subnet = _free_subnet(os.getpid())
-        texts = {"a": _revision_a(self.tmp), "b": (RUNFILES / "compose" / LONG).read_text()}
-        for revision, broken in (("a", frozenset()), ("b", frozenset()), ("c", frozenset({R2}))):
+        committed = (RUNFILES / "compose" / LONG).read_text()
+        v3_image = f"image: {records['v3']['repository']}@{records['v3']['digest']}\n"
+        assert committed.count(v3_image) == 1, f"expected one engine on v3 ({v3_image.strip()})"
+        texts = {"a": _revision_a(self.tmp), "b": committed, "c": committed,
+                 "d": committed.replace(v3_image, f"image: {records['v3']['repository']}@{missing}\n")}
+        for revision, broken in (("a", frozenset()), ("b", frozenset()), ("c", frozenset({R2})), ("d", frozenset())):
             source = self.tmp / f"{revision}.source.yaml"
-            source.write_text(texts["b" if revision == "c" else revision])
-            model = Compose(binary=self.compose_bin, file=source, project=self.project).model()
+            source.write_text(texts[revision])
+            model = Compose(binary=self.compose_bin, file=source, project=self.project, profiles=("*",)).model()
             rehearsal = rehearsal_model(model, engine_images, support_ref, str(lab_dir), str(support_dir), subnet,
                                         self.port, broken)
             self.files[revision] = self.tmp / f"rev-{revision}.yaml"
             self.files[revision].write_text(json.dumps(rehearsal.model, indent=1, sort_keys=True) + "\n")
             self.addresses = rehearsal.addresses
+            argv = model["services"][R1]["command"]
+            self.served_model = argv[argv.index("--served-model-name") + 1]
             log(f"revision {revision}: {self.files[revision].name}; dropped {', '.join(rehearsal.dropped)}")
         self.ticker = HealthTicker(self.api, self.project)
         self.ticker.start()
         log(f"setup done in {time.monotonic() - start:.0f} s (network {subnet}, ingress 127.0.0.1:{self.port})")
+
+    def _forget(self, reference: str) -> None:
+        """Untags every name of the image the reference resolves to (an earlier run's load), so
+        the rollout's pull must fetch it; never forced (a container using it keeps it)."""
+        if not self.api.image_present(reference):
+            return
+        info = self.api.get_json(f"/images/{reference}/json")
+        for name in info.get("RepoTags") or []:
+            self.api.request("DELETE", f"/images/{name}")
+        self.api.request("DELETE", f"/images/{info['Id']}")
+        assert not self.api.image_present(reference), (
+            f"{reference} ({info['Id'][:19]}) stays in podman's storage (a container uses it?): the pull would not be tested")
 
     def containers(self) -> dict[str, dict]:
         """service -> {id, image} of the project's containers, from the Docker API."""
@@ -203,6 +264,28 @@ class Stack:
     def start_probes(self) -> None:
         self.prober = Prober({s: f"http://{self.addresses[s]}:8000" for s in (R1, R2)})
         self.prober.start()
+        self.traffic = Traffic(f"http://127.0.0.1:{self.port}", self.served_model)
+        self.traffic.start()
+
+    def set_phase(self, phase: str) -> None:
+        self.prober.phase = self.traffic.phase = phase
+
+    def log_traffic(self, phase: str) -> tuple[int, list]:
+        sent, failed, upstreams = self.traffic.summary(phase)
+        log(f"  client {phase}: {sent} chat completions through nginx -> proxy, {len(failed)} failed, served by {upstreams}")
+        for answer in failed[:10]:
+            log(f"    failed: HTTP {answer.status} {answer.error}")
+        return sent, failed
+
+    def proxy_backends(self) -> dict[str, bool]:
+        """backend -> draining, from the proxy stand-in's drain API."""
+        conn = http.client.HTTPConnection(self.addresses[PROXY], 8000, timeout=10)
+        try:
+            conn.request("GET", "/_rollout/backends")
+            body = json.loads(conn.getresponse().read())
+        finally:
+            conn.close()
+        return {b["host"]: b["draining"] for b in body["backends"]}
 
     def log_probes(self, phase: str) -> dict[str, tuple[int, int]]:
         counts = {s: self.prober.counts(phase, s) for s in (R1, R2)}
@@ -210,24 +293,33 @@ class Stack:
             log(f"  probes {phase} {service}: {total} sent, {total - missed} answered 200, {missed} missed")
         return counts
 
-    def rollout(self, source: str, target: str, journal: str) -> subprocess.CompletedProcess:
-        argv = [sys.executable, "-m", "tools.rollout.cli", "--compose-bin", str(self.compose_bin), "apply",
+    def rollout_argv(self, source: str, target: str, journal: str) -> list[str]:
+        """The apply an operator runs, with the defaults for every bound but the short bake."""
+        return [sys.executable, "-m", "tools.rollout.cli", "--compose-bin", str(self.compose_bin), "apply",
                 "--from", str(self.files[source]), "--to", str(self.files[target]), "--services", R2,
                 "--project-name", self.project, "--rehearsal", "--journal", str(self.tmp / journal),
-                "--wait-timeout-s", "900", "--health-timeout-s", "120", "--probe-interval-s", "0.5",
+                "--drain-via", PROXY, "--probe-interval-s", "0.5", "--lock-dir", str(self.tmp / "locks"),
                 "--verify-url", f"http://127.0.0.1:{self.port}/v1/models", "--verify-upstream-header", "X-Upstream",
-                "--verify-timeout-s", str(PROXY_TIMEOUT_S), "--verify-within-s", "300",
-                "--bake-s", "10", "--max-restarts", "1"]
-        env = {**os.environ, "DOCKER_HOST": self.service.docker_host, "PYTHONPATH": os.pathsep.join(sys.path)}
+                "--verify-timeout-s", str(PROXY_TIMEOUT_S), "--bake-s", "10"]
+
+    def env(self) -> dict[str, str]:
+        # Unbuffered: a killed apply's log must hold every line it printed.
+        return {**os.environ, "DOCKER_HOST": self.service.docker_host, "PYTHONPATH": os.pathsep.join(sys.path),
+                "PYTHONUNBUFFERED": "1"}
+
+    def run_tool(self, argv: list[str], title: str) -> subprocess.CompletedProcess:
         start = time.monotonic()
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=2400)
+        proc = subprocess.run(argv, capture_output=True, text=True, env=self.env(), timeout=5400)
         for line in (proc.stdout + proc.stderr).splitlines():
             log(f"  | {line}")
-        log(f"  rollout {source} -> {target}: exit {proc.returncode} after {time.monotonic() - start:.0f} s")
+        log(f"  {title}: exit {proc.returncode} after {time.monotonic() - start:.0f} s")
         return proc
 
+    def rollout(self, source: str, target: str, journal: str) -> subprocess.CompletedProcess:
+        return self.run_tool(self.rollout_argv(source, target, journal), f"rollout {source} -> {target}")
+
     def teardown(self) -> None:
-        for part in (self.prober, self.ticker):
+        for part in (self.traffic, self.prober, self.ticker):
             if part is not None:
                 part.stop()
         left: dict[str, list[str]] = {}
@@ -242,6 +334,7 @@ class Stack:
                 log(f"teardown: project objects left: {sum(len(v) for v in left.values())}")
         finally:
             self.service.stop()
+            self.registry.stop()
             shutil.rmtree(self.sock_dir, ignore_errors=True)
             log(f"teardown: podman system service stopped (pid {self.service.proc.pid if self.service.proc else '-'})")
             if self._lock is not None:
@@ -292,16 +385,25 @@ def stack():
         s.teardown()
 
 
+def _changed(before: dict, after: dict) -> set[str]:
+    return {s for s in before if before[s]["id"] != after.get(s, {}).get("id")}
+
+
+def _assert_served_through(stack: Stack, phase: str, counts: dict) -> None:
+    """r1 missed no probe and the client saw no failed request in the phase."""
+    sent, failed = stack.log_traffic(phase)
+    assert counts[R1][0] > 0 and counts[R1][1] == 0, f"{phase}: r1 missed probes: {counts[R1]}"
+    assert sent > 0 and not failed, f"{phase}: {len(failed)} of {sent} client requests failed: {failed[:5]}"
+
+
 def test_1_deploy_all_healthy(stack: Stack) -> None:
     stack.begin("phase 1: deploy A (r1=v2, r2=v2) with `up --detach --wait`")
     start = time.monotonic()
-    stack.compose("a").run("up", "--detach", "--wait", "--wait-timeout", "900", timeout_s=1200)
+    stack.compose("a").run("up", "--detach", "--wait", "--wait-timeout", "3600", timeout_s=3700)
     log(f"  up --wait returned after {time.monotonic() - start:.0f} s")
     stack.start_probes()
-    stack.prober.phase = "deploy"
+    stack.set_phase("deploy")
     stack.prober.wait_for("deploy", 25, timeout_s=60)  # 5 s of probes on the fresh deployment
-    for service in (R1, R2):
-        stack.compose("a").run("ps", service)
     containers = stack.containers()
     stack.log_containers("deployed", containers)
     for service in (R1, R2):
@@ -316,48 +418,114 @@ def test_1_deploy_all_healthy(stack: Stack) -> None:
     stack.passed()
 
 
-def test_2_roll_r2_to_v3(stack: Stack) -> None:
-    stack.begin("phase 2: rollout apply A -> B for r2 (r2 to v3)")
+def test_2_failing_pull_stops_nothing(stack: Stack) -> None:
+    stack.begin("phase 2: rollout apply A -> D for r2 (r2's image is not in the registry)")
     before = stack.containers()
-    stack.log_containers("before", before)
-    stack.prober.phase = "roll-v3"
-    proc = stack.rollout("a", "b", "journal-v3.json")
+    stack.set_phase("pull-fails")
+    proc = stack.rollout("a", "d", "journal-pull.json")
     after = stack.containers()
-    stack.log_containers("after ", after)
-    counts = stack.log_probes("roll-v3")
-    assert proc.returncode == 0, _rollout_failure(f"phase 2 ({R2} to v3)", proc)
-    assert {s for s in before if before[s]["id"] != after.get(s, {}).get("id")} == {R2}
-    assert set(after) == set(before)
-    assert after[R2]["image"] == stack.images["v3"]
-    assert counts[R1][0] > 0 and counts[R1][1] == 0, f"r1 missed probes: {counts[R1]}"
-    state = stack.api.state(after[R2]["id"])
-    assert state.running and state.health == "healthy"
-    answers = _through_proxy(stack.port, 4, "phase 2")
-    log(f"  through the proxy path: {answers}")
-    assert all(status == 200 for status, _ in answers) and any(up == R2 for _, up in answers), (
-        f"phase 2: through the proxy path, every answer 200 and one from {R2}: {answers}")
+    counts = stack.log_probes("pull-fails")
+    assert proc.returncode == 1, _rollout_failure("phase 2 (expected exit 1)", proc)
+    out = proc.stdout
+    assert f"rollout: FAILED: {R2}: pull failed" in out and "nothing was stopped" in out, out
+    assert f"{R2}: stopping" not in out and f"{R2}: drained" not in out, "the rollout touched r2 before its image was there"
+    assert not _changed(before, after) and after[R2]["image"] == stack.images["v2"]
+    assert counts[R2][1] == 0, f"r2 missed probes while its pull failed: {counts[R2]}"
+    assert json.loads((stack.tmp / "journal-pull.json").read_text())["state"] == "failed"
+    _assert_served_through(stack, "pull-fails", counts)
     stack.passed()
 
 
-def test_3_broken_release_rolls_back(stack: Stack) -> None:
-    stack.begin("phase 3: rollout apply B -> C for r2 (r2 to a release that never turns healthy)")
+def _wait(predicate, timeout_s: float, what: str, poll_s: float = 0.2):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll_s)
+    pytest.fail(f"{what}: not within {timeout_s:.0f} s")
+
+
+def test_3_roll_r2_to_v3_killed_and_resumed(stack: Stack) -> None:
+    stack.begin("phase 3: rollout apply A -> B for r2 (r2 to v3, pulled), a second apply refused, "
+                "the first killed and resumed")
     before = stack.containers()
     stack.log_containers("before", before)
-    stack.prober.phase = "roll-broken"
+    stack.set_phase("roll-v3")
+    journal = stack.tmp / "journal-v3.json"
+    first_log = (stack.tmp / "apply-1.log").open("w")
+    first = subprocess.Popen(stack.rollout_argv("a", "b", journal.name), env=stack.env(), stdout=first_log,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        _wait(lambda: journal.exists() or first.poll() is not None, 600, "the first apply writes its journal")
+        assert first.poll() is None, f"the first apply exited {first.returncode} early: {(stack.tmp / 'apply-1.log').read_text()}"
+        second = stack.rollout("a", "b", "journal-second.json")
+        assert second.returncode == 1, _rollout_failure("the second apply (expected refused)", second)
+        assert f"another rollout of project {stack.project} holds" in second.stderr, second.stderr
+        assert f"pid {first.pid} (`rollout apply`, journal {journal}" in second.stderr, second.stderr
+        assert not (stack.tmp / "journal-second.json").exists()
+        _wait(lambda: before[R2]["id"] not in {c["id"] for c in stack.containers().values()} or first.poll() is not None,
+              1200, "r2's old container removed by the first apply")
+        assert first.poll() is None, f"the first apply exited {first.returncode} before r2's stop"
+        os.killpg(first.pid, signal.SIGKILL)  # the apply and its Compose child, as a lost host session would
+        first.wait(timeout=30)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait(timeout=30)
+        first_log.close()
+    for line in (stack.tmp / "apply-1.log").read_text().splitlines():
+        log(f"  1| {line}")
+    state = json.loads(journal.read_text())
+    log(f"  killed the first apply (pid {first.pid}) at step {state['entries'][R2]['step']!r}; proxy backends "
+        f"draining: {stack.proxy_backends()}")
+    proc = stack.run_tool([sys.executable, "-m", "tools.rollout.cli", "--compose-bin", str(stack.compose_bin), "apply",
+                           "--resume", "--journal", str(journal), "--lock-dir", str(stack.tmp / "locks")],
+                          "rollout apply --resume")
+    after = stack.containers()
+    stack.log_containers("after ", after)
+    counts = stack.log_probes("roll-v3")
+    _assert_served_through(stack, "roll-v3", counts)
+    assert state["state"] == "applying" and state["entries"][R2]["drained"], state["entries"]
+    assert proc.returncode == 0, _rollout_failure(f"phase 3 resume ({R2} to v3)", proc)
+    first_out = (stack.tmp / "apply-1.log").read_text()
+    assert first_out.index(f"{R2}: image {stack.pulled_ref} present") < first_out.index(f"{R2}: drained from {PROXY}") \
+        < first_out.index(f"{R2}: stopping"), "pull, drain, stop: not in that order"
+    assert "(grace 300 s)" in first_out, "the stop did not use the committed 5 min grace period"
+    assert f"{R2}: glm53-perception-check passed against http://{R2}:8000" in proc.stdout, proc.stdout
+    assert _changed(before, after) == {R2} and set(after) == set(before)
+    assert after[R2]["image"] == stack.images["v3"]
+    assert stack.api.image_present(stack.pulled_ref), "v3 is not in podman under the registry's reference"
+    assert stack.proxy_backends() == {R1: False, R2: False}, "r2 is not back in the proxy's rotation"
+    state = stack.api.state(after[R2]["id"])
+    assert state.running and state.health == "healthy"
+    answers = _through_proxy(stack.port, 4, "phase 3")
+    log(f"  through the proxy path: {answers}")
+    assert all(status == 200 for status, _ in answers) and any(up == R2 for _, up in answers), (
+        f"phase 3: through the proxy path, every answer 200 and one from {R2}: {answers}")
+    stack.passed()
+
+
+def test_4_broken_release_rolls_back(stack: Stack) -> None:
+    stack.begin("phase 4: rollout apply B -> C for r2 (r2 to a release that never turns healthy)")
+    before = stack.containers()
+    stack.log_containers("before", before)
+    stack.set_phase("roll-broken")
     proc = stack.rollout("b", "c", "journal-broken.json")
     after = stack.containers()
     stack.log_containers("after ", after)
     counts = stack.log_probes("roll-broken")
-    assert proc.returncode == 1, _rollout_failure(f"phase 3 ({R2} to a broken release, expected exit 1)", proc)
+    assert proc.returncode == 1, _rollout_failure(f"phase 4 ({R2} to a broken release, expected exit 1)", proc)
     assert "rollout: FAILED:" in proc.stdout and f"{R2}: rolled back to" in proc.stdout, proc.stdout
-    assert {s for s in before if before[s]["id"] != after.get(s, {}).get("id")} == {R2}
+    assert _changed(before, after) == {R2}
     assert after[R2]["image"] == stack.images["v3"], "r2 is not back on the previous release"
-    assert counts[R1][0] > 0 and counts[R1][1] == 0, f"r1 missed probes: {counts[R1]}"
     state = stack.api.state(after[R2]["id"])
     assert state.running and state.health == "healthy"
     stack.prober.wait_for("roll-broken", counts[R2][0] + 10, timeout_s=60)
     assert stack.prober.last("roll-broken", R2, 10) == [200] * 10, "r2 is not answering /health after the rollback"
+    assert stack.proxy_backends() == {R1: False, R2: False}, "r2 is not back in the proxy's rotation"
     journal = json.loads((stack.tmp / "journal-broken.json").read_text())
     assert journal["state"] == "rolled-back" and journal["entries"][R2]["step"] == "rolled-back"
-    stack.prober.phase = "end"
+    _assert_served_through(stack, "roll-broken", counts)
+    stack.set_phase("end")
     stack.passed()

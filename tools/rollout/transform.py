@@ -5,14 +5,19 @@ restart policy, init, stop grace period, depends_on and named volumes; the model
 they wait for; nginx and the inference proxy on the path a request takes. Changed:
 
 * engines run the lab's real SGLang HTTP server with the fake scheduler plugin on a tiny model
-  (lab/in_container), on the CPU image this graph built for their release; no GPU runtime, no
-  device reservations, no `ipc: host`; ulimits the project's podman settings allow; a
-  healthcheck on `/health` (the committed engines have none yet);
+  (lab/in_container) with `--enable-metrics`, on the image the caller maps their release to
+  (a local CPU image, or a loopback registry's copy that the rollout must pull); no GPU
+  runtime, no device reservations, no `ipc: host`; ulimits the project's podman settings
+  allow; the revision's own healthcheck, unchanged;
 * the downloader writes the tiny model (the lab's 8,000-token tokenizer) into the same
   `huggingface_cache` volume;
-* nginx and the proxy are stand-ins (in_container/standin.py) on the project's CPU base image,
-  routing as the revision says (nginx -> the services it depends on, the proxy -> its
-  VLLM_BACKEND_URLS); only nginx's port 8000 is published, on 127.0.0.1;
+* nginx and the proxy are stand-ins (in_container/standin.py, with the drain API) on the
+  project's CPU base image, routing as the revision says (nginx -> the services it depends on,
+  the proxy -> its VLLM_BACKEND_URLS); only nginx's port 8000 is published, on 127.0.0.1;
+* the perception check service keeps its name, profile and environment (the rollout runs it
+  per replica with PERCEPTION_TARGETS) but runs in_container/perception_standin.py: the fake
+  scheduler answers "ok" to everything, so the colour question cannot pass; the stand-in checks
+  /health, /v1/models and one chat completion on the replica it is given;
 * a private network with fixed addresses and /etc/hosts entries (podman 4.3 with CNI here has
   no DNS between containers); every command starts with in_container/announce.py, which makes
   a new container's MAC known to its peers as a Docker host does (a replaced engine keeps its
@@ -32,7 +37,7 @@ from typing import Any
 
 from tools.podman.spec import NOFILE, NPROC
 
-INGRESS, PROXY, DOWNLOADER = "nginx", "proxy-glm53", "model-downloader"
+INGRESS, PROXY, DOWNLOADER, CHECK = "nginx", "proxy-glm53", "model-downloader", "glm53-perception-check"
 LAB, SUPPORT = "/lab", "/rehearsal"  # read-only mounts: lab/in_container, tools/rollout/in_container
 MODEL_DIR = "/root/.cache/huggingface/rehearsal-model"
 SERVICE_PORT = 8000
@@ -70,12 +75,13 @@ def _announced(argv: list[str]) -> list[str]:
 def _base(service: dict[str, Any], image: str, address: str, hosts: list[str]) -> dict[str, Any]:
     out = {
         "image": image,
-        "pull_policy": "never",
+        # Images loaded into podman have no registry to come from; any other is pulled.
+        "pull_policy": "never" if image.startswith("localhost/") else "missing",
         "networks": {"default": {"ipv4_address": address}},
         "extra_hosts": hosts,
         "ulimits": {"nofile": {"soft": NOFILE, "hard": NOFILE}, "nproc": {"soft": NPROC, "hard": NPROC}},
     }
-    for key in ("container_name", "restart", "init", "stop_grace_period", "labels"):
+    for key in ("container_name", "restart", "init", "stop_grace_period", "labels", "profiles"):
         if key in service:
             out[key] = copy.deepcopy(service[key])
     return out
@@ -89,13 +95,13 @@ def _named_volumes(service: dict[str, Any], model: dict[str, Any]) -> list[dict[
 
 def rehearsal_model(model: dict[str, Any], engine_images: dict[str, str], support_image: str, lab_dir: str,
                     support_dir: str, subnet: str, ingress_port: int, broken: frozenset[str] = frozenset()) -> Rehearsal:
-    """`engine_images` maps each engine's image reference in the revision to a local image."""
+    """`engine_images` maps each engine's image reference in the revision to the one to run."""
     services = model.get("services") or {}
     engines = _engine_names(services)
-    for name in (INGRESS, PROXY, DOWNLOADER):
+    for name in (INGRESS, PROXY, DOWNLOADER, CHECK):
         if name not in services:
             raise TransformError(f"services.{name}: the rehearsal needs it and the revision has none")
-    keep = [DOWNLOADER, INGRESS, PROXY, *engines]
+    keep = [CHECK, DOWNLOADER, INGRESS, PROXY, *engines]
     network = ipaddress.ip_network(subnet)
     addresses = {name: str(network.network_address + 10 + i) for i, name in enumerate(sorted(keep))}
     hosts = [f"{services[n].get('container_name', n)}:{addresses[n]}" for n in sorted(keep)]
@@ -116,7 +122,7 @@ def rehearsal_model(model: dict[str, Any], engine_images: dict[str, str], suppor
             "python3", "-m", "sglang.launch_server",
             "--model-path", BROKEN_MODEL_DIR if name in broken else MODEL_DIR,
             "--served-model-name", served,
-            "--device", "cpu", "--skip-server-warmup",
+            "--device", "cpu", "--skip-server-warmup", "--enable-metrics",
             "--host", "0.0.0.0", "--port", str(SERVICE_PORT),
         ])
         env = dict(service.get("environment") or {})
@@ -129,10 +135,9 @@ def rehearsal_model(model: dict[str, Any], engine_images: dict[str, str], suppor
         })
         engine["environment"] = env
         engine["volumes"] = _named_volumes(service, model) + mounts
-        # Retries: a loaded 2-core host can stall one check past 2 s; a never-healthy release is
-        # caught by the rollout's crash-loop watch and /health gate, not by this status.
-        engine["healthcheck"] = {"test": ["CMD", "python3", f"{SUPPORT}/health.py", str(SERVICE_PORT)],
-                                 "interval": "1s", "timeout": "2s", "retries": 10, "start_period": "600s"}
+        if "healthcheck" not in service:
+            raise TransformError(f"services.{name}.healthcheck: the rehearsal runs the revision's own, and it has none")
+        engine["healthcheck"] = copy.deepcopy(service["healthcheck"])
         engine["depends_on"] = {d: v for d, v in (service.get("depends_on") or {}).items() if d in keep}
         out[name] = engine
 
@@ -157,6 +162,14 @@ def rehearsal_model(model: dict[str, Any], engine_images: dict[str, str], suppor
     ingress["ports"] = [{"target": SERVICE_PORT, "published": str(ingress_port), "host_ip": "127.0.0.1", "protocol": "tcp"}]
     ingress["depends_on"] = {d: v for d, v in (services[INGRESS].get("depends_on") or {}).items() if d in keep}
     out[INGRESS] = ingress
+
+    check = _base(services[CHECK], support_image, addresses[CHECK], hosts)
+    check.pop("container_name", None)  # `compose run` names each one-off container itself
+    check["command"] = _announced(["python3", f"{SUPPORT}/perception_standin.py"])
+    check["environment"] = {k: v for k, v in (services[CHECK].get("environment") or {}).items()
+                            if k in ("MODEL_NAME", "PERCEPTION_TARGETS")}
+    check["volumes"] = mounts
+    out[CHECK] = check
 
     volumes = sorted({v["source"] for s in out.values() for v in s.get("volumes", []) if v.get("type") == "volume"})
     rehearsal = {

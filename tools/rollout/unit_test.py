@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import tempfile
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,7 +22,8 @@ import pytest
 from tools.rollout import cli
 from tools.rollout import journal as jr
 from tools.rollout.apply import Gates, Rollout, StepFailed, http_get
-from tools.rollout.compose_cli import Compose, Redactor, ServiceState, go_duration_s
+from tools.rollout.compose_cli import Compose, ComposeError, Redactor, ServiceState, go_duration_s
+from tools.rollout.lock import LockHeld, ProjectLock
 from tools.rollout.docker_api import ContainerState
 from tools.rollout.in_container import announce, standin
 from tools.rollout.plan import FORCE_RECREATE, RECREATE, make_plan, refusals
@@ -28,7 +31,7 @@ from tools.rollout.transform import rehearsal_model
 
 LONG = "GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml"
 R1, R2 = "model-sg-glm53-w4afp8-tp4-r1", "model-sg-glm53-w4afp8-tp4-r2"
-REGISTRAR, COLLECTOR, NGINX = "model-proxy-registrar", "otelcol-contrib", "nginx"
+REGISTRAR, COLLECTOR, NGINX, PROXY = "model-proxy-registrar", "otelcol-contrib", "nginx", "proxy-glm53"
 RUNFILES = Path(os.environ.get("TEST_SRCDIR", ".")) / os.environ.get("TEST_WORKSPACE", "")
 COMPOSE_BIN = (RUNFILES / os.environ.get("COMPOSE_BIN", "")).absolute()
 SECRET = "rollout-unit-test-env-value-0123456789"
@@ -157,21 +160,33 @@ class Reason:
     fix: str
 
 
-def _apply_argv(tmp: Path, *extra: str) -> list[str]:
-    (tmp / "compose").mkdir(exist_ok=True)
-    (tmp / "compose" / "from.yaml").write_text(committed())
-    (tmp / "compose" / "to.yaml").write_text(replace_once(committed(), "      MAX_RETRIES=3\n", "      MAX_RETRIES=4\n"))
-    return ["--compose-bin", str(COMPOSE_BIN), "apply", "--from", "compose/from.yaml", "--to", "compose/to.yaml",
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _apply_argv(tmp: Path, *extra: str, to: str = "compose/to.yaml@HEAD") -> list[str]:
+    return ["--compose-bin", str(COMPOSE_BIN), "apply", "--from", "compose/from.yaml@HEAD", "--to", to,
             "--services", REGISTRAR, "--project-name", "unit", "--journal", str(tmp / "j.json"),
-            "--verify-url", "http://127.0.0.1:9/v1/models", *extra]
+            "--lock-dir", str(tmp / "locks"), "--verify-url", "http://127.0.0.1:9/v1/models", *extra]
 
 
 @pytest.fixture
 def workspace(tmp_path: Path, monkeypatch):
+    """A git checkout with both revisions committed (the registrar's retries differ)."""
     monkeypatch.setenv("BUILD_WORKSPACE_DIRECTORY", str(tmp_path))
     monkeypatch.setenv("BUILD_WORKING_DIRECTORY", str(tmp_path))
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    (tmp_path / "compose").mkdir()
+    (tmp_path / "compose" / "from.yaml").write_text(committed())
+    (tmp_path / "compose" / "to.yaml").write_text(replace_once(committed(), "      MAX_RETRIES=3\n", "      MAX_RETRIES=4\n"))
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "compose")
+    _git(tmp_path, "-c", "user.name=unit", "-c", "user.email=unit@test", "commit", "-q", "-m", "revisions")
     return tmp_path
+
+
+def _passes(file: Path, root: Path) -> int:
+    return 0
 
 
 def test_non_deployable_target_is_refused(workspace: Path, capsys) -> None:
@@ -181,23 +196,104 @@ def test_non_deployable_target_is_refused(workspace: Path, capsys) -> None:
         seen.append(path.read_text())
         return [Reason("engine_image pin of r2 is UNKNOWN", "run //pins:resolve")]
 
-    assert cli.main(_apply_argv(workspace), gate=gate) == 1
+    assert cli.main(_apply_argv(workspace), gate=gate, validate=_passes) == 1
     err = capsys.readouterr().err
-    assert "REFUSED: compose/to.yaml is not deployable (1 reasons):" in err
+    assert "REFUSED: compose/to.yaml@HEAD is not deployable (1 reasons):" in err
     assert "engine_image pin of r2 is UNKNOWN (fix: run //pins:resolve)" in err
     assert seen and "MAX_RETRIES=4" in seen[0]  # the gate saw the target revision
     assert not (workspace / "j.json").exists()
 
 
-def test_rehearsal_skips_the_gate(workspace: Path, capsys) -> None:
+def test_validators_run_on_the_committed_target(workspace: Path, capsys) -> None:
+    """//validators:check's checks judge the revision's file, in a checkout of that revision."""
+    seen = []
+
+    def validate(file: Path, root: Path) -> int:
+        seen.append((file.relative_to(root).as_posix(), file.read_text()))
+        return 1
+
+    (workspace / "compose" / "to.yaml").write_text("uncommitted edit\n")  # not what apply judges
+    assert cli.main(_apply_argv(workspace), gate=lambda p: [], validate=validate) == 1
+    assert "REFUSED: compose/to.yaml@HEAD fails //validators:check" in capsys.readouterr().err
+    assert seen[0][0] == "compose/to.yaml" and "MAX_RETRIES=4" in seen[0][1]
+
+
+@pytest.mark.parametrize("edit", [True, False], ids=["dirty", "clean"])
+def test_a_work_tree_target_is_refused(workspace: Path, capsys, edit: bool) -> None:
+    if edit:
+        (workspace / "compose" / "to.yaml").write_text(committed() + "# an edit nobody reviewed\n")
+    rc = cli.main(_apply_argv(workspace, to="compose/to.yaml"), gate=lambda p: [], validate=_passes)
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    assert "REFUSED: --to compose/to.yaml is the work tree's file and " in err
+    assert ("it has uncommitted changes (M compose/to.yaml)" in err) == edit, err
+    assert "pass --to compose/to.yaml@<commit> (docs/rollout.md" in err
+    assert not (workspace / "j.json").exists()
+
+
+def test_rehearsal_needs_a_marked_endpoint_under_the_temp_dir(workspace: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(workspace.parent))
+    monkeypatch.setenv("DOCKER_HOST", "unix:///var/run/docker.sock")
+    assert cli.main(_apply_argv(workspace, "--rehearsal", to="compose/to.yaml")) == 1
+    assert "REFUSED: --rehearsal needs DOCKER_HOST to be a unix socket under" in capsys.readouterr().err
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{workspace}/podman.sock")  # under the temp dir, unmarked
+    assert cli.main(_apply_argv(workspace, "--rehearsal", to="compose/to.yaml")) == 1
+    assert f"{workspace} has no glm53-rehearsal-endpoint file" in capsys.readouterr().err
+
+
+def test_rehearsal_skips_the_gate(workspace: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(workspace.parent))
+
     def gate(path: Path) -> list[Reason]:
         raise AssertionError("the gate must not run with --rehearsal")
 
+    (workspace / cli.REHEARSAL_MARKER).write_text("")
     # Past the gate the tool asks Compose for the running containers; here there is no engine.
-    assert cli.main(_apply_argv(workspace, "--rehearsal"), gate=gate) == 2
+    assert cli.main(_apply_argv(workspace, "--rehearsal", to="compose/to.yaml"), gate=gate, validate=gate) == 2
     out = capsys.readouterr()
-    assert "--rehearsal: the deployability gate is skipped" in out.out
+    assert "--rehearsal: the validators and the deployability gate are skipped" in out.out
     assert "docker-compose ps --all --quiet model-proxy-registrar" in out.err
+
+
+def _engine_argv(tmp: Path, *extra: str) -> list[str]:
+    (tmp / "compose" / "to.yaml").write_text(replace_once(committed(), "stop_grace_period: 5m", "stop_grace_period: 6m"))
+    _git(tmp, "-c", "user.name=unit", "-c", "user.email=unit@test", "commit", "-q", "-am", "grace")
+    argv = _apply_argv(tmp, *extra)
+    argv[argv.index("--services") + 1] = R1
+    argv.insert(argv.index("--services") + 2, R2)
+    return argv
+
+
+def test_engines_need_a_drain_decision(workspace: Path, capsys) -> None:
+    assert cli.main(_engine_argv(workspace), gate=lambda p: [], validate=_passes) == 1
+    assert (f"rolling {R1}, {R2} needs --drain-via PROXY_SERVICE (a proxy with the drain API) or --no-drain"
+            in capsys.readouterr().err)
+
+
+def test_wait_bound_below_the_start_period_is_refused(workspace: Path, capsys) -> None:
+    assert cli.main(_engine_argv(workspace, "--no-drain", "--wait-timeout-s", "1800"), gate=lambda p: [],
+                    validate=_passes) == 1
+    assert (f"--wait-timeout-s 1800 is below {R1}'s healthcheck start_period (3600 s): a slow, healthy start would "
+            "be rolled back") in capsys.readouterr().err
+
+
+def test_a_second_rollout_of_the_project_is_refused_naming_the_holder(workspace: Path, capsys) -> None:
+    holder = ProjectLock(workspace / "locks", "unit")
+    holder.acquire("rollout apply", workspace / "first.json")
+    try:
+        assert cli.main(_apply_argv(workspace), gate=lambda p: [], validate=_passes) == 1
+        err = capsys.readouterr().err
+        assert f"REFUSED: another rollout of project unit holds {workspace}/locks/glm53-rollout.unit.lock: pid {os.getpid()} " \
+               f"(`rollout apply`, journal {workspace}/first.json, since 20" in err, err
+        assert not (workspace / "j.json").exists()
+        with pytest.raises(LockHeld):  # the same for any other holder, e.g. a rollback of another journal
+            ProjectLock(workspace / "locks", "unit").acquire("rollout rollback", workspace / "other.json")
+        ProjectLock(workspace / "locks", "other-project").acquire("rollout apply", workspace / "x.json")
+    finally:
+        holder.release()
+    again = ProjectLock(workspace / "locks", "unit")
+    again.acquire("rollout apply", workspace / "j.json")  # released: the next one gets it
+    again.release()
 
 
 # -- apply, automatic rollback, journal ------------------------------------------------------------
@@ -205,8 +301,20 @@ def test_rehearsal_skips_the_gate(workspace: Path, capsys) -> None:
 
 class Health(BaseHTTPRequestHandler):
     healthy: set[str] = set()  # container ids whose /health answers 200
+    in_flight: list[int] = [0]  # what successive /metrics scrapes report (the last one repeats)
+    scrapes: list[str] = []  # a log line per scrape, in order with the calls
 
     def do_GET(self) -> None:
+        if self.path == "/metrics":
+            value = Health.in_flight.pop(0) if len(Health.in_flight) > 1 else Health.in_flight[0]
+            Health.scrapes.append(f"metrics {value}")
+            body = (f'sglang:num_running_reqs{{model_name="m"}} {value}.0\n'
+                    f'sglang:num_queue_reqs{{model_name="m"}} 0.0\n').encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         cid = self.path.split("/")[1]
         self.send_response(200 if cid in Health.healthy else 503)
         self.send_header("Content-Length", "0")
@@ -244,20 +352,37 @@ class FakeCompose:
 
     def up(self, service: str, wait_timeout_s: float, watch=None) -> None:
         self.calls.append((self.revision, "up", service))
-        self.world[service] = f"{self.revision}-{service}-{len(self.calls)}"
+        if not (self.world.get(service) or "").startswith(self.revision):
+            self.world[service] = f"{self.revision}-{service}-{len(self.calls)}"
+
+    def pull(self, service: str, timeout_s: float) -> None:
+        self.calls.append((self.revision, "pull", service))
+        if self.world.get("pull fails"):
+            raise ComposeError(f"docker-compose pull --policy missing {service} exited 1:\nmanifest unknown")
+
+    def run_check(self, service: str, env: dict, timeout_s: float) -> tuple[int, str]:
+        self.calls.append((self.revision, "check", service, dict(env)))
+        return 0, "ok"
 
 
 class FakeDocker:
     def state(self, container_id: str) -> ContainerState:
         return ContainerState(container_id, True, 0, ("127.0.0.1",), "healthy")
 
+    def image_present(self, reference: str) -> bool:
+        return True
 
-def _rollout(tmp: Path, port: int, world: dict, calls: list, services: list[str]) -> Rollout:
+    def config_hash(self, container_id: str) -> str:
+        return "h-" + container_id.split("-", 1)[0]  # the revision that started it
+
+
+def _rollout(tmp: Path, port: int, world: dict, calls: list, services: list[str], **gates) -> Rollout:
     journal = jr.Journal.create(tmp / "j.json", "unit", services, "A", "a: 1\n", "B", "b: 1\n", None, tmp)
-    states = {s: ServiceState(s, "h", {}, grace_s=300.0, health_port=port) for s in services}
-    gates = Gates(health_timeout_s=5.0, healthy_probes=2, probe_interval_s=0.01, bake_s=0.0)
-    rollout = Rollout(journal, FakeCompose("A", world, calls), FakeCompose("B", world, calls), gates, FakeDocker(),
-                      states, states, say=lambda line: None)
+    states = {rev: {s: ServiceState(s, f"h-{rev}", {}, grace_s=300.0, health_port=port, image=f"img-{rev}")
+                    for s in services} for rev in "AB"}
+    g = Gates(health_timeout_s=5.0, healthy_probes=2, probe_interval_s=0.01, bake_s=0.0, **gates)
+    rollout = Rollout(journal, FakeCompose("A", world, calls), FakeCompose("B", world, calls), g, FakeDocker(),
+                      states["A"], states["B"], say=lambda line: None)
     # /health of container X is /X: which containers are healthy is up to the test.
     rollout._health_url = lambda service, cid, states: f"http://127.0.0.1:{port}/{cid}"
     return rollout
@@ -265,21 +390,21 @@ def _rollout(tmp: Path, port: int, world: dict, calls: list, services: list[str]
 
 def test_healthy_rollout_replaces_with_the_grace_period(tmp_path: Path, health_server: int, monkeypatch) -> None:
     world, calls = {R2: "A-r2"}, []
-    monkeypatch.setattr(Health, "healthy", {f"B-{R2}-3"})
+    monkeypatch.setattr(Health, "healthy", {f"B-{R2}-4"})
     rollout = _rollout(tmp_path, health_server, world, calls, [R2])
     assert rollout.apply() == 0
-    assert calls == [("A", "stop", R2, 300.0), ("A", "rm", R2), ("B", "up", R2)]
+    assert calls == [("B", "pull", R2), ("A", "stop", R2, 300.0), ("A", "rm", R2), ("B", "up", R2)]
     journal = json.loads((tmp_path / "j.json").read_text())
     assert journal["state"] == "done" and journal["entries"][R2] == {"step": "rolled", "old_container": "A-r2",
-                                                                     "new_container": f"B-{R2}-3"}
+                                                                     "new_container": f"B-{R2}-4", "drained": False}
 
 
 def test_failed_health_gate_rolls_back_automatically(tmp_path: Path, health_server: int, monkeypatch) -> None:
     world, calls = {R2: "A-r2"}, []
-    monkeypatch.setattr(Health, "healthy", {f"A-{R2}-6"})  # only the rolled-back container answers
+    monkeypatch.setattr(Health, "healthy", {f"A-{R2}-7"})  # only the rolled-back container answers
     rollout = _rollout(tmp_path, health_server, world, calls, [R2])
     assert rollout.apply() == 1
-    assert calls == [("A", "stop", R2, 300.0), ("A", "rm", R2), ("B", "up", R2),
+    assert calls == [("B", "pull", R2), ("A", "stop", R2, 300.0), ("A", "rm", R2), ("B", "up", R2),
                      ("B", "stop", R2, 300.0), ("B", "rm", R2), ("A", "up", R2)]
     journal = json.loads((tmp_path / "j.json").read_text())
     assert journal["state"] == "rolled-back" and journal["entries"][R2]["step"] == "rolled-back"
@@ -299,6 +424,83 @@ def test_interrupted_rollout_blocks_a_new_one_and_can_be_rolled_back(tmp_path: P
     assert rollout.rollback() == 1
     assert calls[-3:] == [("B", "stop", R1, 300.0), ("B", "rm", R1), ("A", "up", R1)]
     assert jr.Journal.load(tmp_path / "j.json").state == "rolled-back"
+
+
+@pytest.fixture
+def proxy_standin():
+    """The rehearsal's proxy stand-in with its drain API, routing to one dead backend per replica."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), standin.make_handler([(R1, 9), (R2, 9)]))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def _draining(port: int) -> dict[str, bool]:
+    from tools.rollout.drain import Drainer
+
+    return {b: Drainer("127.0.0.1", port).draining(b) for b in (R1, R2)}
+
+
+def test_order_pull_drain_wait_stop_start_check_restore(tmp_path: Path, health_server: int, proxy_standin: int,
+                                                         monkeypatch) -> None:
+    world, calls = {R2: "A-r2", PROXY: "A-proxy"}, []
+    monkeypatch.setattr(Health, "healthy", {f"B-{R2}-4"})
+    monkeypatch.setattr(Health, "in_flight", [2, 1, 0])  # two streams finish after the drain
+    monkeypatch.setattr(Health, "scrapes", [])
+    rollout = _rollout(tmp_path, health_server, world, calls, [R2], drain_via=PROXY, drain_port=proxy_standin,
+                       check_service="glm53-perception-check")
+    seen = []
+    stop = FakeCompose.stop
+
+    def recording_stop(self, service, grace_s):  # what the proxy and the engine said when the stop came
+        seen.append((_draining(proxy_standin), list(Health.scrapes)))
+        stop(self, service, grace_s)
+
+    monkeypatch.setattr(FakeCompose, "stop", recording_stop)
+    assert rollout.apply() == 0
+    assert calls == [("B", "pull", R2), ("A", "stop", R2, 300.0), ("A", "rm", R2), ("B", "up", R2),
+                     ("B", "check", "glm53-perception-check", {"PERCEPTION_TARGETS": f"{R2}=http://{R2}:{health_server}"})]
+    assert seen == [({R1: False, R2: True}, ["metrics 2", "metrics 1", "metrics 0"])]  # drained, then 0 in flight
+    assert _draining(proxy_standin) == {R1: False, R2: False}  # restored
+    assert not jr.Journal.load(tmp_path / "j.json").entries[R2].drained
+
+
+def test_a_failing_pull_stops_nothing(tmp_path: Path, health_server: int, proxy_standin: int) -> None:
+    world, calls = {R2: "A-r2", PROXY: "A-proxy", "pull fails": True}, []
+    said: list[str] = []
+    rollout = _rollout(tmp_path, health_server, world, calls, [R2], drain_via=PROXY, drain_port=proxy_standin)
+    rollout.say = said.append
+    assert rollout.apply() == 1
+    assert calls == [("B", "pull", R2)] and world[R2] == "A-r2"
+    assert _draining(proxy_standin) == {R1: False, R2: False}
+    assert said[0].startswith(f"rollout: FAILED: {R2}: pull failed: docker-compose pull --policy missing {R2} exited 1")
+    assert said[1].startswith(f"rollout: nothing was stopped; {R2} run A as before")
+    assert jr.Journal.load(tmp_path / "j.json").state == jr.FAILED
+
+
+def test_a_failing_pull_on_resume_rolls_back_what_was_stopped(tmp_path: Path, health_server: int,
+                                                               monkeypatch) -> None:
+    """A resume whose pull fails after the first run stopped r2 must not leave r2 down."""
+    world, calls = {"pull fails": True}, []
+    monkeypatch.setattr(Health, "healthy", {f"A-{R2}-2"})
+    rollout = _rollout(tmp_path, health_server, world, calls, [R2])
+    rollout.journal.record(R2, jr.STOPPING, "", old_container="A-r2")  # killed after the stop
+    assert rollout.apply() == 1
+    assert calls == [("B", "pull", R2), ("A", "up", R2)] and world[R2] == f"A-{R2}-2"
+    assert jr.Journal.load(tmp_path / "j.json").state == jr.ROLLED_BACK
+
+
+def test_resume_does_not_replace_a_container_already_on_the_target(tmp_path: Path, health_server: int,
+                                                                   monkeypatch) -> None:
+    """Killed after `up` created r2's new container: the resume waits for it instead of replacing it."""
+    world, calls = {R2: f"B-{R2}-killed"}, []
+    monkeypatch.setattr(Health, "healthy", {f"B-{R2}-killed"})
+    rollout = _rollout(tmp_path, health_server, world, calls, [R2])
+    rollout.journal.record(R2, jr.STOPPING, "", old_container="A-r2")
+    assert rollout.apply() == 0
+    assert calls == [("B", "pull", R2), ("B", "up", R2)]
+    assert jr.Journal.load(tmp_path / "j.json").entries[R2].step == jr.ROLLED
 
 
 # -- verification through the proxy path ------------------------------------------------------------
@@ -409,17 +611,19 @@ def test_announce_finds_the_default_gateway() -> None:
 def test_rehearsal_has_no_gpu_and_keeps_what_compose_acts_on(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text(committed())
-    model = Compose(binary=COMPOSE_BIN, file=path, project="unit").model()
+    model = Compose(binary=COMPOSE_BIN, file=path, project="unit", profiles=("*",)).model()
     images = {s["image"]: f"local/{n}" for n, s in model["services"].items() if n in (R1, R2)}
     out = rehearsal_model(model, images, "local/base", "/l", "/s", "10.250.1.0/24", 18000, frozenset({R2}))
     services = out.model["services"]
-    assert sorted(services) == ["model-downloader", R1, R2, NGINX, "proxy-glm53"]
-    assert out.dropped == ["dcgm-glm53", REGISTRAR, COLLECTOR]
+    assert sorted(services) == ["glm53-perception-check", "model-downloader", R1, R2, NGINX, "proxy-glm53"]
+    assert out.dropped == ["dcgm-glm53", "glm53-soak-relay", "hf-cleanup", REGISTRAR, COLLECTOR]
     text = json.dumps(out.model)
     assert "nvidia" not in text and "device_ids" not in text and '"ipc"' not in text
     for name in (R1, R2):
         assert services[name]["stop_grace_period"] == "5m0s" and services[name]["init"] is True
-        assert services[name]["healthcheck"]["test"][:2] == ["CMD", "python3"]
+        assert services[name]["healthcheck"] == model["services"][name]["healthcheck"]  # the committed one
+        assert "--enable-metrics" in services[name]["command"]  # the drain reads its in-flight gauges
+    assert services["glm53-perception-check"]["profiles"] == ["verification"]
     for name, service in services.items():  # a replaced container's new MAC reaches its peers at start
         assert service["command"][:3] == ["python3", "/rehearsal/announce.py", "--"], name
     assert "no-such-model" in " ".join(services[R2]["command"]) and "no-such-model" not in " ".join(services[R1]["command"])
@@ -433,7 +637,7 @@ def test_rollback_command_restores_from_the_journal_copy(workspace: Path, capsys
     journal = jr.Journal.create(workspace / "j.json", "unit", [R2], "compose/F@old", committed(), "compose/F",
                                 committed(), None, workspace)
     journal.record(R2, jr.STARTED, "", old_container="old", new_container="new")
-    rc = cli.main(["--compose-bin", str(COMPOSE_BIN), "rollback", "--journal", "j.json"])
+    rc = cli.main(["--compose-bin", str(COMPOSE_BIN), "rollback", "--journal", "j.json", "--lock-dir", str(workspace / "locks")])
     out = capsys.readouterr().out
     assert f"rollout: rolling back {R2} to compose/F@old" in out
     # No engine here: restoring r2 fails at Compose's `ps`, and the journal says so.

@@ -1,0 +1,87 @@
+"""Takes a replica out of the proxy's rotation before it is stopped, and puts it back after.
+
+Two parts, each from its own source of truth:
+
+* the proxy's drain API (`Drainer`): `POST /_rollout/drain?backend=HOST` stops new requests to
+  the backend, `POST /_rollout/restore?backend=HOST` routes to it again, `GET
+  /_rollout/backends` reports each backend's state. The rehearsal's proxy stand-in speaks it
+  (tools/rollout/in_container/standin.py); the production proxy (vllm-proxy-rs) documents no
+  such endpoint (backend membership is `VLLM_BACKEND_URLS` plus a restart), which is why
+  `apply` needs either `--drain-via` or an explicit `--no-drain` (docs/rollout.md, "Drain");
+* the engine's own in-flight count (`in_flight`): SGLang's scheduler gauges
+  `sglang:num_running_reqs` + `sglang:num_queue_reqs` on its `/metrics` (`--enable-metrics`,
+  which every committed engine runs with). The stop waits until they read 0, so a stream the
+  proxy had already sent is not cut.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from lab.in_container import metrics_text
+
+IN_FLIGHT_GAUGES = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
+CONTROL = "/_rollout"
+
+
+class DrainError(Exception):
+    pass
+
+
+def _call(host: str, port: int, method: str, path: str, timeout_s: float) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    try:
+        conn.request(method, path)
+        response = conn.getresponse()
+        return response.status, response.read()
+    except (OSError, http.client.HTTPException) as err:
+        raise DrainError(f"{method} http://{host}:{port}{path}: {err or type(err).__name__}") from None
+    finally:
+        conn.close()
+
+
+@dataclass(frozen=True)
+class Drainer:
+    """The proxy's drain API at host:port (the proxy container's address)."""
+
+    host: str
+    port: int
+    timeout_s: float = 10.0
+
+    def _set(self, action: str, backend: str) -> None:
+        path = f"{CONTROL}/{action}?backend={quote(backend)}"
+        status, body = _call(self.host, self.port, "POST", path, self.timeout_s)
+        if status != 200:
+            raise DrainError(f"POST http://{self.host}:{self.port}{path} answered {status}: "
+                             f"{body[:200].decode(errors='replace').strip()} (docs/rollout.md, \"Drain\")")
+
+    def drain(self, backend: str) -> None:
+        self._set("drain", backend)
+
+    def restore(self, backend: str) -> None:
+        self._set("restore", backend)
+
+    def draining(self, backend: str) -> bool:
+        status, body = _call(self.host, self.port, "GET", f"{CONTROL}/backends", self.timeout_s)
+        if status != 200:
+            raise DrainError(f"GET http://{self.host}:{self.port}{CONTROL}/backends answered {status}")
+        return any(b.get("host") == backend and b.get("draining") for b in json.loads(body).get("backends", []))
+
+
+def in_flight(host: str, port: int, timeout_s: float = 10.0) -> float:
+    """Running + queued requests of the engine at host:port, from its /metrics."""
+    status, body = _call(host, port, "GET", "/metrics", timeout_s)
+    if status != 200:
+        raise DrainError(f"http://{host}:{port}/metrics answered {status}: the engine must run with --enable-metrics")
+    try:
+        samples = metrics_text.parse(body.decode())
+    except metrics_text.MetricsParseError as err:
+        raise DrainError(f"http://{host}:{port}/metrics: {err}") from None
+    found = [s for s in samples if s.name in IN_FLIGHT_GAUGES]
+    if not found:
+        raise DrainError(f"http://{host}:{port}/metrics has none of {', '.join(IN_FLIGHT_GAUGES)}: the in-flight "
+                         "count cannot be read (is --enable-metrics on?)")
+    return sum(s.value for s in found)
