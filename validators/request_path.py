@@ -33,6 +33,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from pins import table as pin_table
+from pins import uses
 from tools.oci.reference import ReferenceError, parse_reference
 from validators import nginx_conf, topology
 from validators.secrets import shown
@@ -356,23 +357,10 @@ def sidecar_findings(model: Model, tier: Tier) -> list[Finding]:
 
 # --- model-revision -------------------------------------------------------------------------
 
-DOWNLOAD = re.compile(r"\bhf download (?P<repo>\S+)(?: (?P<file>[^\s-]\S*))? --revision "
-                      r"'?(?P<rev>[^'\s]+)'?")
-SHA_CHECK = re.compile(r"echo '(?P<sha>\S+)  (?P<path>\S+)' \| sha256sum -c")
-SNAPSHOT = re.compile(r"/hub/models--(?P<org>[^/]+?)--(?P<name>[^/]+)/snapshots/(?P<rev>[^/]+)/"
-                      r"(?P<file>.+)$")
-
-
-def _pin_for(pins: pin_table.PinTable, repo: str, file: str | None) -> pin_table.Pin | None:
-    kind = "hf_file" if file else "hf_model"
-    return next((p for p in pins.pins.values() if p.kind == kind and p.repository == repo
-                 and (not file or p.path == file)), None)
-
-
-def _script(service: Mapping[str, Any]) -> tuple[int, str] | None:
+def _downloader_script(service: Mapping[str, Any]) -> str | None:
     command = command_argv(service.get("command"))
     if "-c" in command_argv(service.get("entrypoint")) and command:
-        return 0, command[0].replace("$$", "$")
+        return command[0].replace("$$", "$")
     return None
 
 
@@ -380,72 +368,41 @@ def revision_findings(model: Model, tier: Tier) -> list[Finding]:
     pins = pin_table.load()
     findings = []
     fetched: set[tuple[str, str]] = set()
+    hub_uses: list[uses.Use] = []
     for name, service in sorted(model.services.items()):
         row = tier.sidecar_class(name)
-        script = _script(service) if row is not None and row.name == "downloader" else None
-        if script is None:
-            continue
-        where = join_path("services", name, "command", script[0])
-        for number, line in enumerate(script[1].splitlines(), start=1):
-            match = DOWNLOAD.search(line)
-            if match:
-                repo, file, rev = match.group("repo", "file", "rev")
-                pin = _pin_for(pins, repo, file)
-                what = f"{repo} {file}" if file else repo
-                if pin is None:
-                    findings.append(model.finding(where, (
-                        f"model-revision: line {number} downloads {what}, which no hf_model/"
-                        f"hf_file row of {pins.path} names")))
-                elif rev != pin.revision:
-                    findings.append(model.finding(where, (
-                        f"model-revision: line {number} downloads {what} at revision {rev!r}, "
-                        f"the pin {pin.name} is {pin.revision!r} (a branch moves: engines would "
-                        "find other weights or none)")))
-                if not file:
-                    fetched.add((repo, rev))
-            check = SHA_CHECK.search(line)
-            snapshot = SNAPSHOT.search(check.group("path")) if check else None
-            if snapshot:
-                repo = f"{snapshot.group('org')}/{snapshot.group('name')}"
-                pin = _pin_for(pins, repo, snapshot.group("file"))
-                if pin is not None and (check.group("sha"), snapshot.group("rev")) != (
-                        pin.sha256, pin.revision):
-                    findings.append(model.finding(where, (
-                        f"model-revision: line {number} checks {repo} {pin.path} at revision "
-                        f"{snapshot.group('rev')!r} against sha256 {check.group('sha')!r}; the "
-                        f"pin {pin.name} is revision {pin.revision!r}, sha256 {pin.sha256!r}")))
-    for name in _engine_names(model):
+        script = _downloader_script(service) if row and row.name == "downloader" else None
+        if script is not None:
+            found = list(uses.script_uses(join_path("services", name, "command", 0), script))
+            fetched |= {(u.repository, u.value) for u in found
+                        if u.file is None and u.field == "revision"}
+            hub_uses += found
+    engine_names = _engine_names(model)
+    for name in engine_names:
         argv = command_argv(model.services[name].get("command"))
         base = join_path("services", name, "command")
-        if "--model-path" not in argv[:-1]:
-            continue
-        repo = argv[argv.index("--model-path") + 1]
-        pin = _pin_for(pins, repo, None)
-        if "--revision" not in argv[:-1]:
+        if "--model-path" in argv[:-1] and "--revision" not in argv[:-1]:
             findings.append(model.finding(base, (
-                f"model-revision: loads {repo} without --revision (the pin "
-                f"{pin.name if pin else 'table'} fixes the commit it must load)")))
-            continue
-        index = argv.index("--revision") + 1
-        rev = argv[index]
-        if pin is not None and rev != pin.revision:
-            findings.append(model.finding(join_path(base, index), (
-                f"model-revision: --revision {rev!r}, the pin {pin.name} is {pin.revision!r}")))
-        elif (repo, rev) not in fetched:
-            findings.append(model.finding(join_path(base, index), (
-                f"model-revision: loads {repo} at {rev!r}, which the downloader does not fetch "
-                "(the engine would start without its weights)")))
-        if "--chat-template" in argv[:-1]:
-            t_index = argv.index("--chat-template") + 1
-            snapshot = SNAPSHOT.search(argv[t_index])
-            if snapshot:
-                t_repo = f"{snapshot.group('org')}/{snapshot.group('name')}"
-                t_pin = _pin_for(pins, t_repo, snapshot.group("file"))
-                if t_pin is not None and snapshot.group("rev") != t_pin.revision:
-                    findings.append(model.finding(join_path(base, t_index), (
-                        f"model-revision: the chat template is read from snapshot "
-                        f"{snapshot.group('rev')!r}, the pin {t_pin.name} is "
-                        f"{t_pin.revision!r}")))
+                f"model-revision: loads {argv[argv.index('--model-path') + 1]} without "
+                "--revision; the pin table fixes the commit it must load")))
+        for use in uses.argv_uses(base, argv):
+            hub_uses.append(use)
+            if use.file is None and (use.repository, use.value) not in fetched:
+                findings.append(model.finding(use.where, (
+                    f"model-revision: loads {use.repository} at {use.value!r}, which the "
+                    "downloader does not fetch (the engine would start without its weights)")))
+    for use in hub_uses:
+        what = f"{use.repository} {use.file}" if use.file else use.repository
+        line = f"line {use.line}: " if use.line else ""
+        pin = pins.by_hub_repository(use.repository, use.file)
+        if pin is None:
+            findings.append(model.finding(use.where, (
+                f"model-revision: {line}{what} is named by no hf_model/hf_file row of "
+                f"{pins.path}")))
+        elif use.value != getattr(pin, use.field):
+            findings.append(model.finding(use.where, (
+                f"model-revision: {line}{what} {use.field} {use.value!r}, the pin {pin.name} is "
+                f"{getattr(pin, use.field)!r} (a moved branch loads other weights, or none)")))
     return findings
 
 
