@@ -167,7 +167,7 @@ def test_downloader_fetches_revision_main(check_inputs, tmp_path) -> None:
     def expected(path: Path) -> list[str]:
         doc = load(path)
         script = doc["services"]["model-downloader"]["command"][0]
-        downloads = [(i, line.split()[4:-2]) for i, line in
+        downloads = [(i, line.split()[5:-2]) for i, line in
                      enumerate(script.splitlines(), start=1) if " hf download " in line]
         model = doc["services"][engine_names(path)[0]]["command"][3]
         lines = [f"{path}: services.{e}.command[5]: model-revision: loads {model} at "
