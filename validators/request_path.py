@@ -15,8 +15,9 @@ shares fails here. Run as part of the runtime validator (validators/runtime.py R
                     `*_PATH`/`*_FILE` env values, the collector's log and storage paths) lies
                     under a volume, bind, config, secret or tmpfs mounted into that service
   sidecar-class     every service that is not an engine has a tier row; its image is the row's
-                    pin; restart, healthcheck, user, privileged, capabilities and read-only root
-                    are the row's (memory: `sidecar-memory` in runtime.py)
+                    pin; restart, healthcheck, user, privileged (with the row's reason),
+                    capabilities, read-only root and security options are the row's; the row's
+                    optional variables are `${VAR:-…}` (memory: `sidecar-memory`, runtime.py)
   model-revision    the downloader fetches each Hub repository/file at the pin table's revision
                     (and checks the pinned sha256); engines load --model-path at the pinned
                     --revision, which the downloader fetched; the chat template's snapshot
@@ -36,9 +37,9 @@ from pins import table as pin_table
 from pins import uses
 from tools.oci.reference import ReferenceError, parse_reference
 from validators import nginx_conf, topology
-from validators.secrets import shown
 from validators.compose_doc import Finding, command_argv, config_contents, env_map, join_path
 from validators.model import Model
+from validators.secrets import shown
 from validators.tier import SidecarClass, Tier
 from validators.topology import (device_ids, engine_port, is_nginx_service, nginx_configs,
                                  published_ports)
@@ -128,8 +129,8 @@ def _nginx_listeners(model: Model, service: str) -> dict[int, bool]:
             continue
         for server in nginx_conf.servers(item.directives):
             for listen in server.children("listen"):
-                ports = topology.listen_ports(nginx_conf.Directive("server", [], 0, [listen]))
-                for port in ports:
+                port = topology.listen_port(listen)
+                if port is not None:
                     found[port] = found.get(port, False) or "ssl" in listen.values[1:]
     return found
 
@@ -288,7 +289,7 @@ def _show(value: Any) -> str:
     return repr(value)
 
 
-def _image_finding(model: Model, name: str, image: str, row: SidecarClass,
+def _image_finding(name: str, image: str, row: SidecarClass,
                    pins: pin_table.PinTable) -> str | None:
     pin = pins.pins.get(row.pin)
     if pin is None or pin.kind != "image":
@@ -320,7 +321,7 @@ def sidecar_findings(model: Model, tier: Tier) -> list[Finding]:
                 "this service; state its restart policy, healthcheck, memory, user and "
                 "capabilities there")))
             continue
-        problem = _image_finding(model, name, str(service.get("image") or ""), row, pins)
+        problem = _image_finding(name, str(service.get("image") or ""), row, pins)
         if problem:
             findings.append(model.finding(join_path(base, "image"), f"sidecar-class: {problem}"))
         check = service.get("healthcheck") or {}

@@ -250,17 +250,20 @@ def proxied_hosts(server: nginx_conf.Directive, http_scope: list[nginx_conf.Dire
     return {host for _, host in proxy_routes(server, http_scope, upstreams)}
 
 
+def listen_port(listen: nginx_conf.Directive) -> int | None:
+    """Port of one `listen` (`443 ssl`, `127.0.0.1:8000`, `[::]:80`, a host alone: 80); None
+    for a unix socket."""
+    if not listen.args:
+        return None
+    tail = listen.args[0].text.rsplit(":", 1)[-1].rstrip("]")
+    if tail.isdigit():
+        return int(tail)
+    return None if tail.startswith("unix") else 80
+
+
 def listen_ports(server: nginx_conf.Directive) -> list[int]:
-    """Ports of a server block's `listen` directives (`443 ssl`, `127.0.0.1:8000`, `[::]:80`)."""
-    ports = []
-    for listen in server.children("listen"):
-        if listen.args:
-            tail = listen.args[0].text.rsplit(":", 1)[-1].rstrip("]")
-            if tail.isdigit():
-                ports.append(int(tail))
-            elif not tail.startswith("unix"):
-                ports.append(80)
-    return ports
+    """Ports of a server block's `listen` directives."""
+    return [p for p in map(listen_port, server.children("listen")) if p is not None]
 
 
 def location_of(directive: nginx_conf.Directive) -> str:

@@ -60,6 +60,26 @@ def test_proxy_backends_on_the_wrong_engine_port(check_inputs, tmp_path) -> None
         for e in engine_names(p)], contract_sees=True)
 
 
+def test_proxy_backends_drop_a_replica(check_inputs, tmp_path) -> None:
+    def edit(text: str) -> str:
+        return re.sub(r"(VLLM_BACKEND_URLS: \$\{GLM53_BACKEND_URLS:-[^,}]*),[^}]*", r"\1", text)
+
+    files = all_files(check_inputs, tmp_path, edit)
+    assert_generator_edit_caught(check_inputs, files, lambda p: [
+        f"{p}: services.{engine_names(p)[1]}: upstream-port: engine is in no inference proxy's "
+        "VLLM_BACKEND_URLS; it would never get traffic"], contract_sees=True)
+
+
+def test_collector_loses_its_storage_volume(check_inputs, tmp_path) -> None:
+    files = all_files(check_inputs, tmp_path, lambda t: in_service(
+        t, "otelcol-contrib", "      - otelcol_app_storage:/var/lib/otelcol/storage\n", ""))
+    assert_generator_edit_caught(check_inputs, files, lambda p: [
+        f"{p}: services.otelcol-contrib: mounted-files: reads /var/lib/otelcol/storage "
+        "(configs.otelcol_app_config.content extensions.file_storage.directory), but no volume, "
+        "bind, config, secret or tmpfs is mounted there (mounted: /var/lib/docker/containers, "
+        "/etc/otelcol-contrib/config.yaml); the container would not find it"])
+
+
 def test_nginx_loses_its_certificate_volume(check_inputs, tmp_path) -> None:
     files = all_files(check_inputs, tmp_path, lambda t: in_service(
         t, "nginx", "    volumes:\n      - certs:/etc/nginx/certs:ro\n", ""))
