@@ -456,7 +456,7 @@ def load_common(path: str | Path, display: str | None = None,
         _keys(row, sw, ("pin",), ("environment", "privileged_reason"))
         reason = row.get("privileged_reason", "")
         if not isinstance(reason, str) or ("privileged_reason" in row and not reason.strip()):
-            raise sw.sub("privileged_reason").error(
+            raise top.sub(f"sidecars.{sname}", "privileged_reason").error(
                 "privileged_reason must be a non-empty string saying what needs the privilege")
         senv = _environment(row.get("environment", {}), top.sub(f"sidecars.{sname}.environment"))
         for derived in DERIVED_ENV.get(sname, ()):
