@@ -248,7 +248,10 @@ def test_gpu_outside_the_host_inventory(check_inputs, mutate) -> None:
     copy = mutate(long_context(check_inputs), drift)
     assert runtime_errors(check_inputs, copy) == [
         f"{copy}: services.{R2}.deploy.resources.reservations.devices: gpu-inventory: GPU id "
-        "'8' does not exist on an H200 host (ids 0-7)"]
+        "'8' does not exist on an H200 host (ids 0-7)",
+        # and DCGM, which reserves the host's eight, does not watch it
+        f"{copy}: services.dcgm-glm53.deploy.resources.reservations.devices: gpu-monitor: does "
+        f"not reserve GPU 8, which {R2} use; their GPU metrics would be missing"]
 
 
 def test_gpu_reserved_by_two_engines(check_inputs, mutate) -> None:
