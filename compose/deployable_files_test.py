@@ -26,7 +26,12 @@ def test_gate(path: Path, capsys) -> None:
         assert not reasons, "not deployable:\n" + "\n".join(lines)
     assert status == (1 if reasons else 0)
     if reasons:
-        assert lines == [f"{r.message} -- fix: {r.fix}" for r in reasons]
+        # Every reason once, under the line of its fix.
+        assert [l[6:] for l in lines if l.startswith("    - ")] == [
+            r.message for g in deployable.grouped(reasons) for r in g.reasons]
+        assert sorted(l[6:] for l in lines if l.startswith("    - ")) == sorted(r.message for r in reasons)
+        assert [l.split(": ", 1)[1] for l in lines if l.startswith("  fix ")] == [
+            g.fix for g in deployable.grouped(reasons)]
     # The header states the same verdict the gate reaches.
     head = path.read_text().split("\nx-", 1)[0]
     assert (f"NOT DEPLOYABLE ({len(reasons)} reasons" in head) if reasons else ("# Deployable" in head)

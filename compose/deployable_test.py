@@ -20,7 +20,7 @@ STALL = Patch("event-loop-stall-dump", "v1", "on-30s", {
     "settings": {"SGLANG_EVENT_LOOP_STALL_DUMP_SECS": "30"}})
 
 
-def _pins(resolved: bool) -> table.PinTable:
+def _pins(resolved: bool, prod_base: bool = True) -> table.PinTable:
     value = DIGEST if resolved else SENTINEL
     rev = "c" * 40 if resolved else SENTINEL
     prov = PROVENANCE if resolved else None
@@ -29,6 +29,10 @@ def _pins(resolved: bool) -> table.PinTable:
                            digest=value, provenance=prov, unresolved=SENTINEL),
         "hf_model": table.Pin("hf_model", "hf_model", "a model", "main", repository="org/model",
                               revision=rev, provenance=prov, unresolved=SENTINEL),
+        "sglang_prod_base": table.Pin(
+            "sglang_prod_base", "image", "the production base", SENTINEL if not prod_base else "t",
+            repository="docker.io/lmsysorg/sglang", digest=DIGEST if prod_base else SENTINEL,
+            provenance=PROVENANCE if prod_base else None, unresolved=SENTINEL),
     }
     return table.PinTable("pins.bzl", "", SENTINEL, pins)
 
@@ -45,7 +49,7 @@ def _doc(pins: table.PinTable, switch: str = "${GLM53_R1_EVENT_LOOP_STALL_DUMP_S
     model = pins.pins["hf_model"]
     return {"services": {
         "nginx": {"image": pins.pins["nginx"].image},
-        "downloader": {"image": pins.pins["nginx"].image, "command": [
+        "downloader": {"image": pins.pins["nginx"].image, "entrypoint": ["/bin/sh", "-c"], "command": [
             f"set -eu\nhf download org/model --revision '{model.revision}'"]},
         "engine-r1": {
             "image": f"docker.io/nearai/sglang-glm53@{ENGINE_DIGEST}",
@@ -115,8 +119,8 @@ def test_tag_beside_the_digest_changes_nothing() -> None:
     assert _reasons(pins, _record(), doc) == []
     doc["services"]["nginx"]["image"] = "docker.io/library/nginx:1.29-alpine@sha256:" + "e" * 64
     messages = [r.message for r in _reasons(pins, _record(), doc)]
-    assert messages == [f"f.yaml: services.nginx.image docker.io/library/nginx:1.29-alpine@sha256:{'e' * 64} "
-                        f"is not the pinned docker.io/library/nginx@{DIGEST}"]
+    assert messages == [f"f.yaml: services.nginx.image has digest 'sha256:{'e' * 64}', which is "
+                        f"neither pin nginx's value ({DIGEST}) nor the UNRESOLVED sentinel"]
 
 
 def test_malformed_image_reference_is_named() -> None:
@@ -138,9 +142,81 @@ def test_cli_prints_one_line_per_reason_and_exits_1(tmp_path: Path, capsys, monk
         YAML().dump(_doc(pins), fh)
     assert deployable.main([str(path)]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 2 and all(" -- fix: bazel run //pins:resolve -- " in line for line in out)
+    assert out[0] == f"{path}: NOT DEPLOYABLE: 2 reasons, 2 fixes"
+    assert [line for line in out if line.startswith("  fix ")] == [
+        "  fix 1: bazel run //pins:resolve -- hf_model", "  fix 2: bazel run //pins:resolve -- nginx"]
     monkeypatch.setattr(deployable.pin_table, "load", lambda: _pins(True))
     with path.open("w") as fh:
         YAML().dump(_doc(_pins(True)), fh)
     assert deployable.main([str(path)]) == 0
     assert capsys.readouterr().out == f"{path}: deployable\n"
+
+
+def test_revision_main_is_a_reason_while_the_pin_is_unresolved() -> None:
+    """`--revision main` removes the sentinel from the downloader's line, not the reason."""
+    pins = _pins(False)
+    doc = _doc(pins)
+    doc["services"]["downloader"]["command"][0] = "set -eu\nhf download org/model --revision 'main'"
+    reasons = _reasons(pins, _record(), doc)
+    assert [r.message for r in reasons if "hf_model" in r.message or "main" in r.message] == [
+        "f.yaml: pin hf_model (org/model, intended main) is unresolved; used at "
+        "services.downloader.command[0], services.engine-r1.command[5]",
+        "f.yaml: services.downloader.command[0] line 2 has revision 'main', which is neither pin "
+        "hf_model's value (the sentinel) nor the UNRESOLVED sentinel"]
+    assert {r.fix for r in reasons if "'main'" in r.message} == {"bazel run //compose:update"}
+    assert len(reasons) == len(_reasons(pins, _record())) + 1
+
+
+def test_foreign_revision_on_one_replica() -> None:
+    pins = _pins(True)
+    doc = _doc(pins)
+    doc["services"]["engine-r2"] = dict(doc["services"]["engine-r1"])
+    doc["services"]["engine-r2"]["command"] = [
+        "sglang", "serve", "--model-path", "org/model", "--revision", "d" * 40]
+    assert [r.message for r in _reasons(pins, _record(), doc)] == [
+        f"f.yaml: services.engine-r2.command[5] has revision '{'d' * 40}', which is neither pin "
+        f"hf_model's value ({'c' * 40}) nor the UNRESOLVED sentinel"]
+    # The same foreign commit while the pin is unresolved: still a reason of its own.
+    unresolved = _pins(False)
+    doc["services"]["engine-r1"]["command"][5] = SENTINEL
+    doc["services"]["downloader"]["command"][0] = f"hf download org/model --revision '{SENTINEL}'"
+    doc["services"]["nginx"]["image"] = doc["services"]["downloader"]["image"] = unresolved.pins["nginx"].image
+    assert f"f.yaml: services.engine-r2.command[5] has revision '{'d' * 40}'" in " ".join(
+        r.message for r in _reasons(unresolved, _record(), doc))
+
+
+def test_sentinel_left_where_the_pin_is_resolved() -> None:
+    pins = _pins(True)
+    doc = _doc(pins)
+    doc["services"]["engine-r1"]["command"][5] = SENTINEL
+    assert [(r.message, r.fix) for r in _reasons(pins, _record(), doc)] == [(
+        f"f.yaml: services.engine-r1.command[5] holds the UNRESOLVED sentinel, but pin hf_model is "
+        f"resolved (revision {'c' * 40})", "bazel run //compose:update")]
+
+
+def test_production_base_pin_is_the_first_prerequisite_of_the_prod_fixes() -> None:
+    reasons = _reasons(_pins(True, prod_base=False), _record(published=False, flavor="cpu-test"))
+    base_fix = "bazel run //recipes/bases:pin_prod -- docker.io/lmsysorg/sglang:TAG"
+    assert reasons[0] == deployable.Reason(
+        "f.yaml: pin sglang_prod_base (docker.io/lmsysorg/sglang) is unresolved; the "
+        "--config=prod builds of 2 reason(s) start from it", base_fix)
+    assert [r.after for r in reasons[1:]] == [base_fix, base_fix]
+    assert deployable.report("f.yaml", reasons)[:3] == [
+        "f.yaml: NOT DEPLOYABLE: 3 reasons, 3 fixes",
+        f"  fix 1: {base_fix}",
+        f"    - {reasons[0].message}"]
+    assert deployable.report("f.yaml", reasons)[3].startswith(
+        "  fix 2 (after fix 1): bazel run --config=prod //recipes:glm53_v3.release")
+    # Resolved production base: no prerequisite.
+    assert all(not r.after for r in _reasons(_pins(True), _record(published=False, flavor="cpu-test")))
+
+
+def test_reasons_are_grouped_by_fix() -> None:
+    pins = _pins(False)
+    doc = _doc(pins)
+    doc["services"]["engine-r1"]["command"][5] = "main"
+    doc["services"]["downloader"]["command"][0] = "hf download org/model --revision 'main'"
+    groups = deployable.grouped(_reasons(pins, _record(), doc))
+    assert [(g.fix, len(g.reasons)) for g in groups] == [
+        ("bazel run //pins:resolve -- hf_model", 1), ("bazel run //pins:resolve -- nginx", 1),
+        ("bazel run //compose:update", 2)]

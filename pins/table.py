@@ -128,6 +128,12 @@ class PinTable:
         return next((p for p in self.pins.values()
                      if p.kind == "image" and p.repository == repository), None)
 
+    def by_hub_repository(self, repository: str, path: str | None = None) -> Pin | None:
+        """The hf_model row of a Hub repository, or with `path` its hf_file row of that file."""
+        kind = "hf_file" if path else "hf_model"
+        return next((p for p in self.pins.values() if p.kind == kind
+                     and p.repository == repository and p.path == path), None)
+
 
 # --- reading ----------------------------------------------------------------------------------
 

@@ -15,12 +15,15 @@ itself fails here. Every message starts with the rule's name; the path is the mo
                        route only to inference proxies; any nginx upstream must be a service
   engine-healthcheck   every engine checks `/health` with a timeout under the proxy's
   healthcheck-bounds   no healthcheck waits longer than the tier allows (interval, timeout)
-  sidecar-memory       every service that is not an engine has a memory limit
+  sidecar-memory       every service that is not an engine has the memory limit of its tier row
   engine-identity      engine_image = the digest's first 12 hex; config_variant's c<chunk>,
                        qsplit, pdi<n> match the argv/env and the offload marker matches the
                        release record (patches of the marker's series)
   secret-by-value      detect-secrets finds no credential in any string; credential-named
                        variables are `${VAR}` references (location reported, never the value)
+
+and the request-path rules of validators/request_path.py (upstream-port, registrar-ports,
+mounted-files, sidecar-class, model-revision, gpu-monitor).
 """
 
 from __future__ import annotations
@@ -37,13 +40,14 @@ from typing import Any, Callable, Mapping
 
 from tools.oci.reference import pinned_digest
 from tools.release.schema import Record
-from validators import cli, nginx_conf, nginx_probe, secrets, topology
+from validators import cli, nginx_conf, nginx_probe, request_path, secrets, topology
 from validators.compose_doc import Finding, command_argv, join_path
 from validators.model import Model, default_compose_bin, load_model
 from validators.releases import Releases, ReleaseError, load_release_dir
 from validators.tier import TIERS, Tier
-from validators.topology import (inference_proxies, is_nginx_service, listen_ports,
-                                 location_of, nginx_configs, proxy_routes, upstream_hosts)
+from validators.topology import (device_ids, engine_port, inference_proxies, is_nginx_service,
+                                 listen_ports, location_of, nginx_configs, proxy_routes,
+                                 published_ports, upstream_hosts)
 
 VALIDATOR = "runtime"
 
@@ -80,24 +84,13 @@ Rule = Callable[[Model, Context], list[Finding]]
 
 # --- host ports -----------------------------------------------------------------------------
 
-def _published(port: Mapping[str, Any]) -> list[int]:
-    raw = str(port.get("published") or "")
-    if not raw:
-        return []
-    low, _, high = raw.partition("-")
-    try:
-        return list(range(int(low), int(high or low) + 1))
-    except ValueError:
-        return []
-
-
 def host_port_findings(model: Model, ctx: Context) -> list[Finding]:
     seen: dict[tuple[str, int, str], str] = {}
     findings = []
     for name, service in sorted(model.services.items()):
         for i, port in enumerate(service.get("ports") or []):
             where = join_path("services", name, "ports", i)
-            for number in _published(port):
+            for number in published_ports(port):
                 key = (port.get("host_ip") or "0.0.0.0", number, port.get("protocol") or "tcp")
                 if key in seen:
                     findings.append(model.finding(where, (
@@ -109,12 +102,6 @@ def host_port_findings(model: Model, ctx: Context) -> list[Finding]:
 
 
 # --- GPUs -----------------------------------------------------------------------------------
-
-def device_ids(service: Mapping[str, Any]) -> list[str]:
-    devices = ((((service.get("deploy") or {}).get("resources") or {}).get("reservations") or {})
-               .get("devices") or [])
-    return [str(d) for device in devices for d in (device or {}).get("device_ids") or []]
-
 
 def gpu_findings(model: Model, ctx: Context) -> list[Finding]:
     inventory = ctx.tier.inventory
@@ -195,7 +182,7 @@ def engine_port_findings(model: Model, ctx: Context) -> list[Finding]:
     findings = []
     for name in engines(model):
         for i, port in enumerate(model.services[name].get("ports") or []):
-            if _published(port):
+            if published_ports(port):
                 findings.append(model.finding(join_path("services", name, "ports", i), (
                     f"engine-no-host-port: engine publishes host port {port.get('published')} -> "
                     f"{port.get('target')}, bypassing the inference proxy; remove the mapping")))
@@ -237,17 +224,12 @@ def _public_ports(model: Model, services: list[str], server: nginx_conf.Directiv
         service = model.services.get(name) or {}
         if service.get("profiles") or not is_nginx_service(service):
             continue
-        targets = {int(p.get("target")) for p in service.get("ports") or [] if _published(p)}
+        targets = {int(p.get("target")) for p in service.get("ports") or [] if published_ports(p)}
         ports |= set(listen_ports(server)) & targets
     return ports
 
 
 # --- health and limits ----------------------------------------------------------------------
-
-def _engine_port(service: Mapping[str, Any]) -> str:
-    argv = command_argv(service.get("command"))
-    return argv[argv.index("--port") + 1] if "--port" in argv[:-1] else "30000"
-
 
 def healthcheck_findings(model: Model, ctx: Context) -> list[Finding]:
     health = ctx.tier.health
@@ -259,16 +241,16 @@ def healthcheck_findings(model: Model, ctx: Context) -> list[Finding]:
         if not check or check.get("disable"):
             findings.append(model.finding(where, (
                 f"engine-healthcheck: engine has no healthcheck; probe "
-                f"http://127.0.0.1:{_engine_port(service)}{health.engine_path} with a timeout "
+                f"http://127.0.0.1:{engine_port(service)}{health.engine_path} with a timeout "
                 f"under {health.proxy_timeout_s:g}s")))
             continue
         test = " ".join(str(t) for t in check.get("test") or [])
         path = re.escape(health.engine_path)
-        if not re.search(rf"//(127\.0\.0\.1|localhost):{_engine_port(service)}{path}(?![\w/])",
+        if not re.search(rf"//(127\.0\.0\.1|localhost):{engine_port(service)}{path}(?![\w/])",
                          test):
             findings.append(model.finding(join_path(where, "test"), (
                 f"engine-healthcheck: the test does not request "
-                f"http://127.0.0.1:{_engine_port(service)}{health.engine_path}")))
+                f"http://127.0.0.1:{engine_port(service)}{health.engine_path}")))
         timeout = seconds(check.get("timeout"))
         if timeout is None or timeout >= health.proxy_timeout_s:
             findings.append(model.finding(join_path(where, "timeout"), (
@@ -292,6 +274,17 @@ def healthcheck_findings(model: Model, ctx: Context) -> list[Finding]:
     return findings
 
 
+_BYTES = re.compile(r"^(\d+)([bkmg]?)$")
+
+
+def memory_bytes(value: Any) -> int | None:
+    """`1g`, `512m`, `1073741824` (Compose prints bytes) as bytes; None when unreadable."""
+    match = _BYTES.match(str(value).strip().lower())
+    if not match:
+        return None
+    return int(match.group(1)) * 1024 ** " kmg".index(match.group(2) or " ")
+
+
 def memory_findings(model: Model, ctx: Context) -> list[Finding]:
     findings = []
     engine_names = set(engines(model))
@@ -300,10 +293,17 @@ def memory_findings(model: Model, ctx: Context) -> list[Finding]:
             continue
         limit = service.get("mem_limit") or (((service.get("deploy") or {}).get("resources") or {})
                                              .get("limits") or {}).get("memory")
+        where = join_path("services", name, "mem_limit")
         if not limit:
-            findings.append(model.finding(join_path("services", name, "mem_limit"), (
+            findings.append(model.finding(where, (
                 "sidecar-memory: sidecar has no memory limit; a leak would take the engines' "
                 "host RAM (set mem_limit)")))
+            continue
+        row = ctx.tier.sidecar_class(name)
+        if row is not None and memory_bytes(limit) != memory_bytes(row.memory):
+            findings.append(model.finding(where, (
+                f"sidecar-memory: is {limit} bytes, the {ctx.tier.name} tier's {row.name} row "
+                f"requires {row.memory}")))
     return findings
 
 
@@ -407,10 +407,14 @@ def public_metrics_findings(model: Model, ctx: Context) -> list[Finding]:
     return nginx_probe.probe_findings(model, ctx.nginx_bin, ctx.openssl_bin)
 
 
+def _on_tier(rule: Callable[[Model, Tier], list[Finding]]) -> Rule:
+    return lambda model, ctx: rule(model, ctx.tier)
+
+
 RULES: tuple[Rule, ...] = (
     host_port_findings, gpu_findings, engine_runtime_findings, engine_port_findings,
     public_route_findings, public_metrics_findings, healthcheck_findings, memory_findings,
-    identity_findings, secret_findings,
+    identity_findings, secret_findings, *map(_on_tier, request_path.RULES),
 )
 
 

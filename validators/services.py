@@ -6,7 +6,10 @@ Rules:
   * nginx `depends_on` every inference proxy its embedded config routes to;
   * inference proxies pass WEB_CONTEXT_SEARCH_URL and WEB_CONTEXT_SEARCH_API_KEY;
   * the model-proxy registrar gets PROXY_TOKEN from the host and every probe of the inference
-    API sends it as a bearer token (directly or as INFERENCE_TOKEN set from it);
+    API sends it as a bearer token: a header file (`-H @$FILE`) the script writes from it, or
+    (refused by the next rule) an `Authorization: Bearer $PROXY_TOKEN` argument;
+  * token-argv: no curl in the registrar's script takes a credential-named variable as an
+    argument (a process's argv is world-readable in /proc/<pid>/cmdline);
   * every image (services and `x-*` anchors) is pinned by digest, and nothing is built.
 """
 
@@ -20,7 +23,7 @@ from typing import Any, Mapping
 from pins import table as pin_table
 from tools.oci.reference import ReferenceError, parse_reference
 from validators import cli
-from validators.secrets import shown
+from validators.secrets import SECRET_NAME, shown
 from validators.compose_doc import (ComposeFile, Finding, config_contents, depends_on_names,
                                     env_map, join_path)
 from validators.topology import (all_proxied_hosts, engines, inference_proxies, is_nginx_service,
@@ -34,6 +37,11 @@ REGISTRAR = "model-proxy-registrar"
 PROBED = re.compile(r"/v1/chat/completions|/v1/models|\$\{?READY_URL\}?")
 BEARER = re.compile(r"Authorization: Bearer \$\{?(INFERENCE_TOKEN|PROXY_TOKEN)\}?")
 TOKEN_FROM_HOST = re.compile(r"^\$\{PROXY_TOKEN(:?\?[^}]*)?\}$")
+# `printf 'Authorization: Bearer %s\n' "$PROXY_TOKEN" >"$FILE"`: FILE holds the inference bearer.
+HEADER_FILE_DEF = re.compile(
+    r"printf\s+'Authorization: Bearer %s\\n'\s+\"\$\{?(INFERENCE_TOKEN|PROXY_TOKEN)\}?\""
+    r"\s*>\s*\"?\$\{?(?P<var>[A-Za-z_][A-Za-z0-9_]*)\}?\"?")
+SHELL_VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 INFERENCE_TOKEN_DEF = re.compile(r"""^\s*(export\s+)?INFERENCE_TOKEN=["']?\$\{?PROXY_TOKEN\}?["']?\s*$""",
                                  re.M)
 
@@ -112,14 +120,23 @@ def registrar_findings(compose: ComposeFile) -> list[Finding]:
             findings.append(compose.finding(where, (
                 'registrar script uses INFERENCE_TOKEN but does not set it from the host\'s '
                 'token: `INFERENCE_TOKEN="$${PROXY_TOKEN}"` (compose-escaped)')))
+        header_files = {m.group("var") for m in HEADER_FILE_DEF.finditer(script)}
         for number, line in enumerate(_logical_lines(script), start=1):
-            if line.lstrip().startswith("#"):
+            if line.lstrip().startswith("#") or not re.search(r"\bcurl\b", line):
                 continue
-            if re.search(r"\bcurl\b", line) and PROBED.search(line) and not BEARER.search(line):
+            sends_file = any(re.search(rf'-H\s+"?@\$\{{?{re.escape(v)}\b', line)
+                             for v in header_files)
+            if PROBED.search(line) and not (sends_file or BEARER.search(line)):
                 findings.append(compose.finding(where, (
                     f"line {number}: curl probe of the inference API without a bearer token "
-                    "(add `-H \"Authorization: Bearer $$INFERENCE_TOKEN\"`): "
+                    "(add `-H \"@$$INFERENCE_AUTH\"`, a file written with `printf "
+                    "'Authorization: Bearer %s\\n' \"$$PROXY_TOKEN\"`): "
                     f"{' '.join(line.split())[:120]}")))
+            for name in sorted({v for v in SHELL_VAR.findall(line) if SECRET_NAME.search(v)}):
+                findings.append(compose.finding(where, (
+                    f"token-argv: line {number}: curl takes ${name} as an argument, readable by "
+                    "every user of the host in /proc/<pid>/cmdline; write it to a 0600 header "
+                    "file with the shell's builtin printf and pass `-H @FILE`")))
     return findings
 
 

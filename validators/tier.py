@@ -55,12 +55,51 @@ class OffloadMarker:
 
 
 @dataclass(frozen=True)
+class Announced:
+    """A port the registrar announces to the model-proxy peers (an environment variable)."""
+
+    variable: str
+    tls: bool  # the nginx listener behind the published port terminates TLS
+
+
+@dataclass(frozen=True)
+class SidecarClass:
+    """What one kind of non-engine service runs, compared with Compose's canonical model.
+
+    A service is of a class by name; a service that is neither an engine nor named by a class
+    fails, so a new sidecar is stated here before it ships.
+    """
+
+    name: str
+    services: tuple[str, ...]
+    pin: str  # row of pins/repository_locations.bzl its image must be
+    restart: str
+    healthcheck: bool  # has one (an exact statement: gaining or losing one is a change)
+    memory: str  # mem_limit, e.g. "1g"
+    user: str | None = None  # None: the image's own user
+    privileged: bool = False
+    privileged_reason: str = ""  # required when privileged
+    cap_add: tuple[str, ...] = ()
+    cap_drop: tuple[str, ...] = ()
+    read_only: bool = False
+    security_opt: tuple[str, ...] = ()
+    optional_env: tuple[str, ...] = ()  # `${VAR:-…}` in the file: the host may leave them unset
+    listens: tuple[int, ...] = ()  # ports its image serves on (nginx: read from its configs)
+    monitors_all_gpus: bool = False  # reserves every GPU an engine reserves (DCGM)
+    announces: tuple[Announced, ...] = ()  # the registrar's announced ports
+
+
+@dataclass(frozen=True)
 class Tier:
     name: str
     inventory: HostInventory
     engine: EngineRuntime
     health: HealthPolicy
     offload: OffloadMarker
+    sidecars: tuple[SidecarClass, ...] = ()
+
+    def sidecar_class(self, service: str) -> SidecarClass | None:
+        return next((c for c in self.sidecars if service in c.services), None)
 
 
 GLM53_H200 = Tier(
@@ -80,6 +119,41 @@ GLM53_H200 = Tier(
     health=HealthPolicy(engine_path="/health", proxy_timeout_s=3.0, max_interval_s=60.0,
                         max_timeout_s=30.0),
     offload=OffloadMarker(marker="offloop-v3", series="v3"),
+    sidecars=(
+        SidecarClass("downloader", ("model-downloader",), pin="uv", restart="no",
+                     healthcheck=False, memory="8g"),
+        SidecarClass("maintenance", ("hf-cleanup",), pin="alpine", restart="no",
+                     healthcheck=False, memory="256m"),
+        SidecarClass("ingress", ("nginx",), pin="nginx", restart="unless-stopped",
+                     healthcheck=False, memory="1g"),
+        SidecarClass("registrar", ("model-proxy-registrar",), pin="curl",
+                     restart="unless-stopped", healthcheck=True, memory="128m",
+                     announces=(Announced("HTTP_PORT", tls=False), Announced("TLS_PORT", tls=True),
+                                Announced("LONG_HTTP_PORT", tls=False))),
+        SidecarClass("inference-proxy", ("proxy-glm53",), pin="vllm_proxy_rs",
+                     restart="unless-stopped", healthcheck=False, memory="4g", privileged=True,
+                     privileged_reason=(
+                         "the reference deployment runs it privileged: it attests the host's "
+                         "GPUs (USE_NV_ATTESTATION_SDK) and talks to dstack's TEE socket, and "
+                         "which devices and capabilities that takes is not documented; narrowing "
+                         "it needs a run on a GPU TEE host"),
+                     listens=(8000,)),
+        SidecarClass("perception-check", ("glm53-perception-check",), pin="uv", restart="no",
+                     healthcheck=False, memory="512m", user="65534:65534", cap_drop=("ALL",),
+                     read_only=True, security_opt=("no-new-privileges:true",)),
+        SidecarClass("soak-relay", ("glm53-soak-relay",), pin="nginx", restart="unless-stopped",
+                     healthcheck=False, memory="512m"),
+        SidecarClass("gpu-metrics", ("dcgm-glm53",), pin="dcgm_exporter",
+                     restart="unless-stopped", healthcheck=False, memory="1g",
+                     cap_add=("SYS_ADMIN",), listens=(9400,), monitors_all_gpus=True),
+        # uid 0 owns Docker's json logs and the storage volume: owner permissions suffice, so
+        # no capability (CAP_DAC_OVERRIDE included) is needed. The ingest token is optional, as
+        # in the reference system: a host without monitoring still starts.
+        SidecarClass("collector", ("otelcol-contrib",), pin="otelcol_contrib",
+                     restart="unless-stopped", healthcheck=False, memory="768m", user="0:0",
+                     cap_drop=("ALL",), read_only=True, security_opt=("no-new-privileges:true",),
+                     optional_env=("OTEL_GATEWAY_TOKEN",), listens=(4317, 4318)),
+    ),
 )
 
 TIERS = {t.name: t for t in (GLM53_H200,)}

@@ -53,6 +53,30 @@ def engines(compose: ComposeFile) -> list[str]:
     return [n for n, s in compose.services.items() if is_engine(s)]
 
 
+def engine_port(service: Mapping[str, Any]) -> int:
+    """The port an engine serves on: its `--port`, else SGLang's default 30000."""
+    argv = command_argv(service.get("command"))
+    if "--port" in argv[:-1] and argv[argv.index("--port") + 1].isdigit():
+        return int(argv[argv.index("--port") + 1])
+    return 30000
+
+
+def published_ports(port: Mapping[str, Any]) -> list[int]:
+    """Host ports of one canonical `ports` entry (`published` may be a range); [] if none."""
+    low, _, high = str(port.get("published") or "").partition("-")
+    try:
+        return list(range(int(low), int(high or low) + 1))
+    except ValueError:
+        return []
+
+
+def device_ids(service: Mapping[str, Any]) -> list[str]:
+    """GPU ids a service reserves (`deploy.resources.reservations.devices[].device_ids`)."""
+    devices = ((((service.get("deploy") or {}).get("resources") or {}).get("reservations") or {})
+               .get("devices") or [])
+    return [str(d) for device in devices for d in (device or {}).get("device_ids") or []]
+
+
 def is_nginx_service(service: Any) -> bool:
     if not isinstance(service, Mapping) or not isinstance(service.get("image"), str):
         return False
@@ -152,61 +176,94 @@ def _set_values(scope: list[nginx_conf.Directive]) -> dict[str, str]:
     return values
 
 
-def upstream_hosts(directives: list[nginx_conf.Directive]) -> dict[str, list[str]]:
-    """`upstream NAME { server HOST:PORT; }` -> {NAME: [HOST, …]}."""
-    result: dict[str, list[str]] = {}
+Endpoint = tuple[str, "int | None"]  # (host, port); port None when neither given nor implied
+
+
+def upstream_hosts(directives: list[nginx_conf.Directive]) -> dict[str, list[Endpoint]]:
+    """`upstream NAME { server HOST:PORT; }` -> {NAME: [(HOST, PORT), …]} (nginx's default 80)."""
+    result: dict[str, list[Endpoint]] = {}
     for d in nginx_conf.walk(directives):
         if d.name == "upstream" and d.block is not None and d.args:
-            result[d.args[0].text] = [url_host(s.args[0].text) for s in d.children("server") if s.args]
+            result[d.args[0].text] = [url_endpoint(s.args[0].text, 80)
+                                      for s in d.children("server") if s.args]
     return result
+
+
+_SCHEME_PORTS = {"http": 80, "https": 443, "grpc": 80, "grpcs": 443}
+
+
+def url_endpoint(url: str, default: int | None = None) -> Endpoint:
+    """(host, port) of `http://host:port/path`, `host:port`, `[v6]:port`: without a port, the
+    scheme's (http 80, https 443) or `default`; host '' for unix sockets."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    if rest.startswith("unix:"):
+        return "", None
+    rest = rest.split("/", 1)[0]
+    if rest.startswith("["):
+        host, _, tail = rest[1:].partition("]")
+        port = tail[1:] if tail.startswith(":") else ""
+    else:
+        host, _, port = rest.partition(":")
+    if port.isdigit():
+        return host, int(port)
+    return host, _SCHEME_PORTS.get(scheme.lower(), default)
 
 
 def url_host(url: str) -> str:
     """Host of `http://host:port/path`, `host:port`, `[v6]:port`; '' for unix sockets."""
-    rest = url.split("://", 1)[1] if "://" in url else url
-    if rest.startswith("unix:"):
-        return ""
-    rest = rest.split("/", 1)[0]
-    if rest.startswith("["):
-        return rest[1:].split("]", 1)[0]
-    return rest.split(":", 1)[0]
+    return url_endpoint(url)[0]
 
 
 PASS_DIRECTIVES = ("proxy_pass", "grpc_pass")
 
 
-def proxy_routes(server: nginx_conf.Directive, http_scope: list[nginx_conf.Directive],
-                 upstreams: Mapping[str, list[str]]) -> list[tuple[nginx_conf.Directive, str]]:
-    """(proxy_pass directive, host) pairs of a server block, resolving `set $var host` and
-    `upstream` names."""
+def proxy_endpoints(server: nginx_conf.Directive, http_scope: list[nginx_conf.Directive],
+                    upstreams: Mapping[str, list[Endpoint]]
+                    ) -> list[tuple[nginx_conf.Directive, str, int | None]]:
+    """(proxy_pass directive, host, port) of a server block, resolving `set $var host` and
+    `upstream` names (an upstream's servers carry their own ports)."""
     values = {**_set_values([d for d in http_scope if d.name == "set"]), **_set_values([server])}
-    routes: list[tuple[nginx_conf.Directive, str]] = []
+    routes: list[tuple[nginx_conf.Directive, str, int | None]] = []
     for d in server.walk():
         if d.name not in PASS_DIRECTIVES or not d.args:
             continue
         url = _VAR.sub(lambda m: values.get(m.group(1), m.group(0)), d.args[0].text)
-        host = url_host(url)
-        routes += [(d, h) for h in (upstreams.get(host, [host]) if host else [])]
+        host, port = url_endpoint(url)
+        if host in upstreams:
+            routes += [(d, h, p) for h, p in upstreams[host]]
+        elif host:
+            routes.append((d, host, port))
     return routes
 
 
+def proxy_routes(server: nginx_conf.Directive, http_scope: list[nginx_conf.Directive],
+                 upstreams: Mapping[str, list[Endpoint]]) -> list[tuple[nginx_conf.Directive, str]]:
+    """(proxy_pass directive, host) pairs of a server block."""
+    return [(d, host) for d, host, _ in proxy_endpoints(server, http_scope, upstreams)]
+
+
 def proxied_hosts(server: nginx_conf.Directive, http_scope: list[nginx_conf.Directive],
-                  upstreams: Mapping[str, list[str]]) -> set[str]:
+                  upstreams: Mapping[str, list[Endpoint]]) -> set[str]:
     """Hosts a server block proxies to, resolving `set $var host` and `upstream` names."""
     return {host for _, host in proxy_routes(server, http_scope, upstreams)}
 
 
+def listen_port(listen: nginx_conf.Directive) -> int | None:
+    """Port of one `listen` (`443 ssl`, `127.0.0.1:8000`, `[::]:80`, a host alone: 80); None
+    for a unix socket."""
+    if not listen.args:
+        return None
+    tail = listen.args[0].text.rsplit(":", 1)[-1].rstrip("]")
+    if tail.isdigit():
+        return int(tail)
+    return None if tail.startswith("unix") else 80
+
+
 def listen_ports(server: nginx_conf.Directive) -> list[int]:
-    """Ports of a server block's `listen` directives (`443 ssl`, `127.0.0.1:8000`, `[::]:80`)."""
-    ports = []
-    for listen in server.children("listen"):
-        if listen.args:
-            tail = listen.args[0].text.rsplit(":", 1)[-1].rstrip("]")
-            if tail.isdigit():
-                ports.append(int(tail))
-            elif not tail.startswith("unix"):
-                ports.append(80)
-    return ports
+    """Ports of a server block's `listen` directives."""
+    return [p for p in map(listen_port, server.children("listen")) if p is not None]
 
 
 def location_of(directive: nginx_conf.Directive) -> str:

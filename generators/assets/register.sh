@@ -10,13 +10,22 @@
 #   a timeout (curl 28) falls back to /v1/models. Anything else counts as a failure, and
 #   MAX_RETRIES consecutive failures unregister and exit 1 (the container restarts).
 # - SIGTERM unregisters before exiting.
+# - Bearer tokens reach curl as header files (`-H @FILE`, mode 0600), never as arguments: a
+#   process's argv is readable by every user of the host in /proc/<pid>/cmdline. `printf` is a
+#   shell builtin, so writing the files execs nothing that carries a token.
 set -u
 
 : "${HOST_IP:?}" "${HTTP_PORT:?}" "${TLS_PORT:?}" "${MODEL_NAME:?}" "${SERVER_NAME:?}"
 : "${MODEL_PROXY_URLS:?}" "${MODEL_PROXY_TOKEN:?}" "${PROXY_TOKEN:?}"
 LONG_TIER_ONLY=${LONG_TIER_ONLY:-false}
-ALIVE_FILE=/tmp/registrar_alive
+ALIVE_FILE=${REGISTRAR_ALIVE_FILE:-/tmp/registrar_alive}
 MAX_RETRIES=3
+
+HEADERS=$(umask 077 && mktemp -d) || exit 1
+PEER_AUTH=$HEADERS/peer-authorization
+INFERENCE_AUTH=$HEADERS/inference-authorization
+(umask 077 && printf 'Authorization: Bearer %s\n' "$MODEL_PROXY_TOKEN" >"$PEER_AUTH") || exit 1
+(umask 077 && printf 'Authorization: Bearer %s\n' "$PROXY_TOKEN" >"$INFERENCE_AUTH") || exit 1
 
 if [ "$LONG_TIER_ONLY" = true ]; then
   : "${LONG_HTTP_PORT:?}" "${LONG_MODEL_NAME:?}" "${LONG_SERVER_NAME:?}"
@@ -33,7 +42,7 @@ peer_call() {
     "$HOST_IP" "$2" "$TLS_PORT" "$3" "$4")
   for peer in $(echo "$MODEL_PROXY_URLS" | tr ',' ' '); do
     if curl -fsS --max-time 15 -X POST \
-        -H "Authorization: Bearer $MODEL_PROXY_TOKEN" -H 'Content-Type: application/json' \
+        -H "@$PEER_AUTH" -H 'Content-Type: application/json' \
         -d "$body" "$peer/v1/backends/$1" >/dev/null; then
       log "$1 $3 at $peer ok"
     else
@@ -52,7 +61,7 @@ finish() {
 trap 'finish 0' TERM INT
 
 models_ok() {
-  curl -fsS --max-time 10 -H "Authorization: Bearer $PROXY_TOKEN" \
+  curl -fsS --max-time 10 -H "@$INFERENCE_AUTH" \
     "http://$HOST_IP:$HTTP_PORT/v1/models" >/dev/null 2>&1
 }
 
@@ -80,7 +89,7 @@ probe='{"model":"'"$MODEL_NAME"'","messages":[{"role":"user","content":"ping"}],
 while :; do
   touch "$ALIVE_FILE"
   code=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 45 \
-    -H "Authorization: Bearer $PROXY_TOKEN" -H 'Content-Type: application/json' \
+    -H "@$INFERENCE_AUTH" -H 'Content-Type: application/json' \
     -d "$probe" "http://$HOST_IP:$HTTP_PORT/v1/chat/completions")
   rc=$?
   case "$rc:$code" in

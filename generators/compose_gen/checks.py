@@ -7,8 +7,9 @@ import re
 ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 # Compose interpolation forms: ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?msg}, ${VAR?msg}.
 INTERPOLATION_RE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}")
-# A secret's value must be exactly one interpolation without a default: ${VAR} or ${VAR:?msg}.
-SECRET_VALUE_RE = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*(?::\?[^}]*)?\}$")
+# A secret's value must be exactly one interpolation without a value of its own: ${VAR},
+# ${VAR:?msg}, or ${VAR:-} (optional: empty when the host does not set it).
+SECRET_VALUE_RE = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*(?::\?[^}]*|:-)?\}$")
 SECRET_NAME_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE_KEY|CREDENTIAL)")
 
 
@@ -38,5 +39,5 @@ def secret_problem(name: str, value: str) -> str | None:
     if SECRET_VALUE_RE.match(value):
         return None
     return (f"{name} holds a literal value, but secrets come from the host env map: write "
-            f"\"${{{name}}}\" or \"${{{name}:?set {name}}}\" (defaults are not allowed for "
-            "secrets)")
+            f"\"${{{name}}}\", \"${{{name}:?set {name}}}\" or, if optional, \"${{{name}:-}}\" "
+            "(a non-empty default would be a secret in the file)")

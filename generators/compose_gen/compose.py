@@ -303,7 +303,8 @@ class _Builder:
             ("image", sc.image),
             ("restart", "unless-stopped"),
             ("mem_limit", SIDECAR_MEMORY[PROXY]),
-            ("privileged", True),
+            # The reason is the table's (privileged_reason); without one, no privilege.
+            *((("privileged", True),) if sc.privileged_reason else ()),
             ("environment", _env(tuple(env))),
             ("volumes", seq(["/var/run/dstack.sock:/var/run/dstack.sock",
                              "certs:/etc/certs:ro"])),
@@ -393,8 +394,12 @@ class _Builder:
             ("image", sc.image),
             ("restart", "unless-stopped"),
             ("mem_limit", "768m"),
-            # Reads other containers' log files under /var/lib/docker.
+            # Reads other containers' log files under /var/lib/docker: uid 0 owns them and the
+            # storage volume, so owner permissions suffice and every capability is dropped.
             ("user", "0:0"),
+            ("cap_drop", seq(["ALL"], flow=True)),
+            ("read_only", True),
+            ("security_opt", seq(["no-new-privileges:true"], flow=True)),
             ("command", seq([f"--config={otel.CONFIG_PATH}"])),
             ("environment", _env(sc.environment)),
             ("volumes", seq(["/var/lib/docker/containers:/var/lib/docker/containers:ro",

@@ -57,8 +57,12 @@ def header(rd: ResolvedDeployment, reasons: list[deployable.Reason]) -> str:
                      f"{'published' if rec.published else 'NOT published yet'})")
     check = DEPLOYABLE_COMMAND.format(file=info.file)
     if reasons:
-        lines.append(f"NOT DEPLOYABLE ({len(reasons)} reasons; `{check}` lists them with fixes):")
-        lines += [f"  - {r.message.split(': ', 1)[1]}" for r in reasons]
+        groups = deployable.grouped(reasons)
+        lines.append(f"NOT DEPLOYABLE ({len(reasons)} reasons, {len(groups)} fixes; `{check}` "
+                     "lists them):")
+        for number, group in deployable.numbered(groups):
+            lines.append(f"  fix {number}: {group.fix}")
+            lines += [f"    - {r.message.split(': ', 1)[1]}" for r in group.reasons]
     else:
         lines.append(f"Deployable (`{check}`).")
     return "\n".join(lines)

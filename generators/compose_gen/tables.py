@@ -125,6 +125,7 @@ class Sidecar:
     pin: str
     image: str  # repository@digest from the pin table (the sentinel while unresolved)
     environment: Env
+    privileged_reason: str = ""  # why it runs privileged; empty: it does not
 
 
 @dataclass(frozen=True)
@@ -454,14 +455,18 @@ def load_common(path: str | Path, display: str | None = None,
         if sname not in SIDECARS:
             raise sw.error(f"unknown sidecar {sname!r}; known: {', '.join(SIDECARS)}")
         row = _mapping(row, sw, "sidecar")
-        _keys(row, sw, ("pin",), ("environment",))
+        _keys(row, sw, ("pin",), ("environment", "privileged_reason"))
+        reason = row.get("privileged_reason", "")
+        if not isinstance(reason, str) or ("privileged_reason" in row and not reason.strip()):
+            raise top.sub(f"sidecars.{sname}", "privileged_reason").error(
+                "privileged_reason must be a non-empty string saying what needs the privilege")
         senv = _environment(row.get("environment", {}), top.sub(f"sidecars.{sname}.environment"))
         for derived in DERIVED_ENV.get(sname, ()):
             if derived in dict(senv):
                 raise top.sub(f"sidecars.{sname}.environment", derived).error(
                     f"{derived} is derived by the generator; remove it from the table")
         image_pin = _pin(row, sw, pins, ("image",))
-        sidecars[sname] = Sidecar(sname, image_pin.name, image_pin.image, senv)
+        sidecars[sname] = Sidecar(sname, image_pin.name, image_pin.image, senv, reason)
     missing = [s for s in SIDECARS if s not in sidecars]
     if missing:
         raise top.sub("sidecars").error(f"missing sidecar row(s): {', '.join(missing)}")

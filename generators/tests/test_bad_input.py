@@ -91,3 +91,24 @@ def test_secret_with_a_default_is_still_a_literal(tables, records, expect_error)
     msg = expect_error(TableError, lambda: tables.generate(LONG_CONTEXT, records))
     assert "common.toml: [engine.environment] row HF_TOKEN: HF_TOKEN holds a literal" in msg
     assert "hf_abc" not in msg
+
+
+def test_privileged_reason_must_say_something(tables, records, expect_error):
+    tables.edit("common.toml", 'pin = "vllm_proxy_rs"\n',
+                'pin = "vllm_proxy_rs"\nprivileged_reason = " "\n')
+    tables.edit("common.toml", "\nprivileged_reason = \"attests", "\n# privileged_reason = \"attests")
+    msg = expect_error(TableError, lambda: tables.generate(LONG_CONTEXT, records))
+    assert ("common.toml: [sidecars.proxy-glm53] row privileged_reason: privileged_reason must be "
+            "a non-empty string") in msg
+
+
+def test_proxy_without_a_reason_is_not_privileged(tables, records):
+    tables.edit("common.toml", "\nprivileged_reason = \"attests", "\n# privileged_reason = \"attests")
+    text = tables.generate(LONG_CONTEXT, records).text
+    assert "privileged: true" not in text
+
+
+def test_optional_secret_has_an_empty_default_only(tables, records):
+    """`${VAR:-}` (the collector's ingest token) carries no value, so it is allowed."""
+    text = tables.generate(LONG_CONTEXT, records).text
+    assert "OTEL_GATEWAY_TOKEN: ${MONITORING_INGEST_TOKEN:-}" in text

@@ -69,6 +69,9 @@ def test_flip_changes_only_r1_image_its_two_labels_and_the_header(tables, record
             continue  # header
         assert (old_short in body or new_short in body or "config_variant" in body
                 or "STALL_DUMP_SECS" in body), line
+    # The header: r1's release lines, and the gate's verdict (reasons grouped by fix: r1's
+    # --config=prod fixes merge into r2's, so the count of fixes and their numbers move).
     header_changes = [l for l in diff if l[1:].startswith("#")]
     assert header_changes and all("glm53_v2" in l or "glm53_v3" in l or old_short in l
-                                  or new_short in l for l in header_changes)
+                                  or new_short in l or "NOT DEPLOYABLE (" in l
+                                  for l in header_changes)

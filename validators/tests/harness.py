@@ -12,6 +12,9 @@ from typing import Any, Callable
 
 from ruamel.yaml import YAML
 
+from validators.compose_doc import load_compose
+from validators.topology import engines
+
 HERE = Path(__file__).resolve().parent
 # Plain `pytest validators/tests` (outside Bazel) checks the committed files and records.
 REPO = HERE.parent.parent
@@ -170,3 +173,41 @@ def text_mutator(tmp_path: Path) -> Callable[..., Path]:
         return target
 
     return apply
+
+
+# --- generator-level edits: the same edit in every committed file ----------------------------
+
+Edit = Callable[[str, Path], str]
+
+
+def generator_edit(ci: CheckInputs, tmp_path: Path, edit: Edit) -> list[Path]:
+    """Every committed file with the same edit, under its own name (so the long-context file
+    finds the equally edited file it derives from)."""
+    out = []
+    for path in ci.compose_files:
+        target = tmp_path / "edited" / path.name
+        target.parent.mkdir(exist_ok=True)
+        target.write_text(edit(path.read_text(), path))
+        out.append(target)
+    return out
+
+
+def engine_names(path: Path) -> list[str]:
+    return sorted(engines(load_compose(path)))
+
+
+def assert_generator_edit_caught(ci: CheckInputs, files: list[Path],
+                                 expected: Callable[[Path], list[str]],
+                                 contract_sees: bool = False) -> CheckResult:
+    """The runtime validator reports exactly `expected` for every edited file. Unless the
+    production contract states the edited value itself (`contract_sees`), it must not see the
+    edit: its whole-file rule compares two outputs of the same generator."""
+    result = run_check(ci, *files)
+    assert result.returncode == 1, result.output
+    found = result.by_validator()
+    if not contract_sees:
+        assert "glm53-prod-contract" not in found, found["glm53-prod-contract"]
+    assert found["runtime"] == [line for path in files for line in expected(path)]
+    return result
+
+

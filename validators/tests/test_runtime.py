@@ -18,10 +18,10 @@ from typing import Any, Callable
 
 import pytest
 
-from validators.compose_doc import load_compose
 from validators.glm53_contract import W4AFP8_LONG_CONTEXT
-from validators.tests.harness import CheckInputs, load, replace_once, run_check
-from validators.topology import engines
+from validators.tests.harness import (CheckInputs, assert_generator_edit_caught,
+                                      engine_names, generator_edit, load, replace_once,
+                                      run_check)
 
 R1, R2 = (r.name for r in W4AFP8_LONG_CONTEXT.replicas)
 PROXY = W4AFP8_LONG_CONTEXT.proxy
@@ -248,7 +248,10 @@ def test_gpu_outside_the_host_inventory(check_inputs, mutate) -> None:
     copy = mutate(long_context(check_inputs), drift)
     assert runtime_errors(check_inputs, copy) == [
         f"{copy}: services.{R2}.deploy.resources.reservations.devices: gpu-inventory: GPU id "
-        "'8' does not exist on an H200 host (ids 0-7)"]
+        "'8' does not exist on an H200 host (ids 0-7)",
+        # and DCGM, which reserves the host's eight, does not watch it
+        f"{copy}: services.dcgm-glm53.deploy.resources.reservations.devices: gpu-monitor: does "
+        f"not reserve GPU 8, which {R2} use; their GPU metrics would be missing"]
 
 
 def test_gpu_reserved_by_two_engines(check_inputs, mutate) -> None:
@@ -361,35 +364,6 @@ def test_secrets_found_by_value_and_never_printed(check_inputs, mutate) -> None:
 
 
 # --- part 3: generator-level edits -------------------------------------------------------------
-
-Edit = Callable[[str, Path], str]
-
-
-def generator_edit(ci: CheckInputs, tmp_path: Path, edit: Edit) -> list[Path]:
-    """Every committed file with the same edit, under its own name (so the long-context file
-    finds the equally edited file it derives from)."""
-    out = []
-    for path in ci.compose_files:
-        target = tmp_path / "edited" / path.name
-        target.parent.mkdir(exist_ok=True)
-        target.write_text(edit(path.read_text(), path))
-        out.append(target)
-    return out
-
-
-def engine_names(path: Path) -> list[str]:
-    return sorted(engines(load_compose(path)))
-
-
-def assert_generator_edit_caught(ci: CheckInputs, files: list[Path],
-                                 expected: Callable[[Path], list[str]]) -> None:
-    result = run_check(ci, *files)
-    assert result.returncode == 1, result.output
-    found = result.by_validator()
-    # The whole-file rule compares two outputs of the same generator: it cannot see this edit.
-    assert "glm53-prod-contract" not in found, found["glm53-prod-contract"]
-    assert found["runtime"] == [line for path in files for line in expected(path)]
-
 
 def test_generator_drops_ipc_host(check_inputs, tmp_path) -> None:
     files = generator_edit(check_inputs, tmp_path, lambda t, _: replace_once(

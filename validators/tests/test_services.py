@@ -97,31 +97,50 @@ def test_nginx_does_not_depend_on_its_proxy(inputs: Inputs, mutate) -> None:
         f"depend on it: add `{PROXY}` to depends_on"]
 
 
-def test_registrar_probe_without_bearer(inputs: Inputs, mutate) -> None:
+def _probe_line(text: str) -> int:
+    lines = text.replace("\\\n", " ").splitlines()
+    [i] = [i for i, l in enumerate(lines) if "curl" in l and "/v1/chat/completions" in l]
+    return i + 1
+
+
+def _edit_probe_header(mutate, inputs: Inputs, header: str) -> tuple[Path, str, int]:
+    """The chat-completion probe's own `-H "@$$INFERENCE_AUTH" ` replaced by `header`."""
     holder: dict[str, Any] = {}
 
     def drift(doc: dict[str, Any]) -> None:
         name = registrar_config(doc)
-        holder["name"] = name
         text = doc["configs"][name]["content"]
         probe = text.index("/v1/chat/completions")
-        headers = list(re.finditer(r'-H "Authorization: Bearer \$\$\{?(INFERENCE|PROXY)_TOKEN\}?" ?',
-                                   text[:probe]))
-        cut = headers[-1]  # the chat-completion probe's own header
-        text = text[:cut.start()] + text[cut.end():]
-        lines = text.replace("\\\n", " ").splitlines()
-        [i] = [i for i, l in enumerate(lines) if "curl" in l and "/v1/chat/completions" in l]
-        holder["line"] = i + 1
+        cut = text.rindex('-H "@$$INFERENCE_AUTH" ', 0, probe)
+        text = text[:cut] + header + text[cut + len('-H "@$$INFERENCE_AUTH" '):]
+        holder.update(name=name, line=_probe_line(text))
         doc["configs"][name]["content"] = text
 
     copy = mutate(inputs.long_context, drift)
+    return copy, holder["name"], holder["line"]
+
+
+def test_registrar_probe_without_bearer(inputs: Inputs, mutate) -> None:
+    copy, name, line = _edit_probe_header(mutate, inputs, "")
     result = services(copy)
     assert result.returncode == 1
     [error] = result.errors()
     assert error.startswith(
-        f"{copy}: configs.{holder['name']}.content: line {holder['line']}: curl probe of the "
-        "inference API without a bearer token (add `-H \"Authorization: Bearer "
-        "$$INFERENCE_TOKEN\"`): ")
+        f"{copy}: configs.{name}.content: line {line}: curl probe of the inference API without "
+        "a bearer token (add `-H \"@$$INFERENCE_AUTH\"`, a file written with `printf "
+        "'Authorization: Bearer %s\\n' \"$$PROXY_TOKEN\"`): ")
+
+
+def test_registrar_token_in_curl_argv(inputs: Inputs, mutate) -> None:
+    """The old form: authenticated, but the token is in curl's argv (/proc/<pid>/cmdline)."""
+    copy, name, line = _edit_probe_header(mutate, inputs,
+                                          '-H "Authorization: Bearer $${PROXY_TOKEN}" ')
+    result = services(copy)
+    assert result.returncode == 1
+    assert result.errors() == [
+        f"{copy}: configs.{name}.content: token-argv: line {line}: curl takes $PROXY_TOKEN as an "
+        "argument, readable by every user of the host in /proc/<pid>/cmdline; write it to a 0600 "
+        "header file with the shell's builtin printf and pass `-H @FILE`"]
 
 
 def test_registrar_token_not_from_host(inputs: Inputs, mutate) -> None:
