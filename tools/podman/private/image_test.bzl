@@ -2,11 +2,13 @@
 
 load("//tools/oci:defs.bzl", "OciImageInfo", "image_runfiles_args", "write_launcher")
 
-# Tests that start containers must run on the local host, outside Bazel's sandbox (podman keeps
-# its storage under ~/.cache and needs /run), one at a time (2 cores, GBs of image), and never
-# on a remote executor. "local" implies no-sandbox and no-remote; the others are spelled out so
-# they survive strategy overrides.
-CONTAINER_TEST_TAGS = ["local", "no-remote", "no-sandbox", "exclusive", "requires-podman"]
+# Tests that start containers run on the local host, outside Bazel's sandbox (podman keeps its
+# storage under ~/.cache and needs /run), one at a time (2 cores, GBs of image), and never on a
+# remote executor, but their results are cached: no "local" (which Bazel 4.2.3 also implies for
+# "exclusive" unless --incompatible_exclusive_test_sandboxed, set in .bazelrc) and no
+# "no-remote". What the host contributes is an input: they carry //tools/ci:host_tools.
+# "integration" keeps them out of --config=quick.
+CONTAINER_TEST_TAGS = ["no-remote-exec", "no-sandbox", "exclusive", "requires-podman", "integration"]
 
 def _impl(ctx):
     if bool(ctx.attr.tests_in_image) == bool(ctx.files.host_tests):
@@ -22,7 +24,7 @@ def _impl(ctx):
         files += ctx.files.host_tests
     for key, value in sorted(ctx.attr.env.items()):
         args.append("--env=%s=%s" % (key, value))
-    return [write_launcher(ctx, ctx.attr._runner, args, files, "in-image CPU suite")]
+    return [write_launcher(ctx, ctx.attr._runner, args, files + ctx.files._host_tools, "in-image CPU suite")]
 
 _image_suite_test = rule(
     implementation = _impl,
@@ -37,6 +39,8 @@ _image_suite_test = rule(
         "markers": attr.string(doc = "pytest -m expression, e.g. \"timing\" or \"not timing\" (tests that measure time carry @pytest.mark.timing)"),
         "env": attr.string_dict(doc = "extra environment variables in the container"),
         "_runner": attr.label(default = "//tools/podman:run_in_image", executable = True, cfg = "target"),
+        # The host's podman, runc, ... versions: a host upgrade reruns the suite (tools/ci/host_tools.bzl).
+        "_host_tools": attr.label(default = "//tools/ci:host_tools", allow_single_file = True),
     },
 )
 
