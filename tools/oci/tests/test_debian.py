@@ -187,3 +187,9 @@ def test_sandbox_check_refuses_unsandboxed_build_actions_and_unexplained_local_t
         "//x:t0 (DebianRootfs): build action with no-sandbox, requires-network; declare its inputs and let it run sandboxed",
         "//x:t1 (TestRunner): test with local but no requires-<reason> tag saying why",
     ]
+
+
+def test_sandbox_check_sees_aspect_actions() -> None:
+    # The layer SBOM scans (LayerSbom) are aspect actions: a plain aquery does not list them.
+    argv = sandbox_check.aquery_argv("./tools/bazel", ["//..."])
+    assert "--include_aspects" in argv and argv[-2] == "mnemonic('.*', //...)"
