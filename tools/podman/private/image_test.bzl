@@ -8,7 +8,13 @@ load("//tools/oci:defs.bzl", "OciImageInfo", "image_runfiles_args", "write_launc
 # "exclusive" unless --incompatible_exclusive_test_sandboxed, set in .bazelrc) and no
 # "no-remote". What the host contributes is an input: they carry //tools/ci:host_tools.
 # "integration" keeps them out of --config=quick.
-CONTAINER_TEST_TAGS = ["no-remote-exec", "no-sandbox", "exclusive", "requires-podman", "integration"]
+_CONTAINER = ["no-remote-exec", "no-sandbox", "requires-podman", "integration"]
+CONTAINER_TEST_TAGS = _CONTAINER + ["exclusive"]
+
+# A light container test (one small container, under a minute alone) runs beside other tests
+# instead of in Bazel's serial phase for exclusive tests: podman's storage takes concurrent
+# pulls and runs (its own locks; each run names its image by digest and its view by pid).
+LIGHT_CONTAINER_TEST_TAGS = _CONTAINER + ["cpu:1"]
 
 def _impl(ctx):
     if bool(ctx.attr.tests_in_image) == bool(ctx.files.host_tests):
@@ -44,18 +50,20 @@ _image_suite_test = rule(
     },
 )
 
-def image_suite_test(name, tags = [], **kwargs):
+def image_suite_test(name, tags = [], exclusive = True, **kwargs):
     """_image_suite_test with the container tags always added and size "large".
 
     Args:
       name: test name.
       tags: extra tags.
+      exclusive: False for a light suite (LIGHT_CONTAINER_TEST_TAGS): it runs beside other tests.
       **kwargs: image, expect, tests_in_image, host_tests, markers, backend, env, size,
         timeout, flaky, ...
     """
     kwargs.setdefault("size", "large")
+    container = CONTAINER_TEST_TAGS if exclusive else LIGHT_CONTAINER_TEST_TAGS
     _image_suite_test(
         name = name,
-        tags = CONTAINER_TEST_TAGS + [t for t in tags if t not in CONTAINER_TEST_TAGS],
+        tags = container + [t for t in tags if t not in container],
         **kwargs
     )
