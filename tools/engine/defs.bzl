@@ -91,7 +91,7 @@ def engine_image(
         # oci-image-tool hashes every blob (2 GiB): ~18 s here, 35 s on a busy machine.
         size = "medium",
         # 2 GiB of base layer runfiles: never worth uploading to a remote executor.
-        tags = tags + ["no-remote"],
+        tags = tags + ["no-remote-exec"],
         visibility = visibility,
     )
     _engine_structure_test(

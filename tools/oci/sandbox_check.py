@@ -1,11 +1,12 @@
 """Fails when a build action under the given patterns runs outside the sandbox or with network.
 
-Reads `bazel aquery --output=jsonproto` (or runs it): a build action (any mnemonic but
-TestRunner) may carry none of `no-sandbox`, `local`, `requires-network`; a test action that does
-must also carry a `requires-<what>` tag naming why (e.g. requires-podman). Run from the
-workspace:
+Reads `bazel aquery --include_aspects --output=jsonproto` (or runs it; aspects because the
+layer SBOM scans are aspect actions): a build action (any mnemonic but TestRunner) may carry
+none of `no-sandbox`, `local`, `requires-network`; a test action that does must also carry a
+`requires-<what>` tag naming why (e.g. requires-podman). This is what the graph declares; what
+ran is checked from the execution log by tools/ci/exec_log_check.py. Run from the workspace:
 
-    python3 tools/oci/sandbox_check.py //recipes/...          # runs ./tools/bazel aquery --config=ci
+    python3 tools/oci/sandbox_check.py                        # //..., runs ./tools/bazel aquery --config=ci
     python3 tools/oci/sandbox_check.py --aquery-json FILE     # checks a saved aquery
 """
 
@@ -37,18 +38,21 @@ def violations(aquery: dict) -> list[str]:
     return out
 
 
+def aquery_argv(bazel: str, patterns: list[str]) -> list[str]:
+    query = "mnemonic('.*', {})".format(" + ".join(patterns))
+    return [bazel, "aquery", "--config=ci", "--include_aspects", query, "--output=jsonproto"]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("patterns", nargs="*", default=["//recipes/..."])
+    p.add_argument("patterns", nargs="*", default=["//..."])
     p.add_argument("--aquery-json", type=Path, help="a saved `aquery --output=jsonproto` instead of running it")
     p.add_argument("--bazel", default="./tools/bazel")
     args = p.parse_args(argv)
     if args.aquery_json:
         text = args.aquery_json.read_text()
     else:
-        query = "mnemonic('.*', {})".format(" + ".join(args.patterns))
-        proc = subprocess.run([args.bazel, "aquery", "--config=ci", query, "--output=jsonproto"],
-                              stdout=subprocess.PIPE, text=True)
+        proc = subprocess.run(aquery_argv(args.bazel, args.patterns), stdout=subprocess.PIPE, text=True)
         if proc.returncode != 0:
             print(f"sandbox_check.py: error: bazel aquery failed (rc {proc.returncode})", file=sys.stderr)
             return 2

@@ -7,10 +7,18 @@ image_files: <name>.json naming an image's layout, digest and layer blobs, all i
 """
 
 load("//tools/podman/private:image_files.bzl", _image_files = "image_files")
-load("//tools/podman/private:image_test.bzl", _CONTAINER_TEST_TAGS = "CONTAINER_TEST_TAGS", _image_suite_test = "image_suite_test")
+load(
+    "//tools/podman/private:image_test.bzl",
+    _CONTAINER_TEST_TAGS = "CONTAINER_TEST_TAGS",
+    _LIGHT_CONTAINER_TEST_TAGS = "LIGHT_CONTAINER_TEST_TAGS",
+    _image_suite_test = "image_suite_test",
+)
 
 image_suite_test = _image_suite_test
 image_files = _image_files
 
-# Tags of a test that runs podman (outside the sandbox, one at a time, never remote).
+# Tags of a test that runs podman (outside the sandbox, one at a time, never remote, cached).
 CONTAINER_TEST_TAGS = _CONTAINER_TEST_TAGS
+
+# The same for a light one (a small container, under a minute): beside other tests, one CPU.
+LIGHT_CONTAINER_TEST_TAGS = _LIGHT_CONTAINER_TEST_TAGS

@@ -210,18 +210,19 @@ def main(argv: list[str] | None = None) -> int:
         wait_for_port(port, server, "BuildGrid")
         endpoint = f"grpc://127.0.0.1:{port}"
         # A no-remote test runs locally and is never cached remotely: the second run would rerun it.
-        # A no-remote-exec test (host tools the execution image lacks) is cached but runs locally.
+        # A no-remote-exec test (host tools the execution image lacks) is cached but runs locally;
+        # the integration ones (containers, a nested Bazel: minutes each) are left out as well.
         # The shared repository cache only spares re-downloads of external repositories; a disk
         # cache would serve actions the executor is meant to run.
         repository_cache = f"--repository_cache={Path.home() / '.cache' / 'glm53-engine' / 'repository-cache'}"
-        flags = ["--config=remote-cache", f"--remote_cache={endpoint}", "--test_tag_filters=-no-remote", repository_cache]
+        flags = ["--config=remote-cache", f"--remote_cache={endpoint}", "--test_tag_filters=-no-remote,-integration", repository_cache]
         if args.mode == "exec":
             bot_env = {**env, "PYTHONPATH": f"{site}:{workspace}"}
             procs.start("bot", [sys.executable, "-m", "tools.remote.bot", f"127.0.0.1:{port}", "--scratch", str(scratch),
                                 "--image-files", str(runfiles / "tools" / "remote" / "exec_image_files.json"),
                                 "--runfiles", str(runfiles)],
                         scratch / "bot.log", env=bot_env, cwd=workspace)
-            flags = ["--config=remote", f"--remote_executor={endpoint}", "--test_tag_filters=-no-remote,-no-remote-exec", repository_cache]
+            flags = ["--config=remote", f"--remote_executor={endpoint}", "--test_tag_filters=-no-remote,-no-remote-exec,-integration", repository_cache]
         first = bazel_test(workspace, scratch / "ob1", flags, args.targets, scratch / "run1.log")
         remote_actions = re.search(r"(\d+) remote[,.]", first)
         second = bazel_test(workspace, scratch / "ob2", flags, args.targets, scratch / "run2.log")

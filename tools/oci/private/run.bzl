@@ -47,6 +47,7 @@ def _validate_test_impl(ctx):
     image = ctx.attr.image[OciImageInfo]
     require_blobs(image, "validate")
     args, files = image_runfiles_args(image)
+    files = files + ctx.files._host_tools
     return [write_launcher(ctx, ctx.attr._validate, args + ["--digest-file", image.digest.short_path], files, "oci-image-tool validate on the full view")]
 
 oci_validate_test = rule(
@@ -57,5 +58,7 @@ schemas of index, manifest and config, and the size and digest of every blob."""
     attrs = {
         "image": attr.label(providers = [OciImageInfo], mandatory = True),
         "_validate": attr.label(default = "//tools/oci:validate", executable = True, cfg = "target"),
+        # The host's oci-image-tool version (tools/ci/host_tools.bzl).
+        "_host_tools": attr.label(default = "//tools/ci:host_tools", allow_single_file = True),
     },
 )

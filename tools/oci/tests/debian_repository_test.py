@@ -1,11 +1,20 @@
-"""debian_packages (the repository rule) against a fake Debian mirror on 127.0.0.1, in a nested Bazel.
+"""debian_packages (the repository rule) against a fake Debian mirror on 127.0.0.1, in one nested Bazel.
 
 The mirror is HTTPS (Bazel downloads an index, which has no checksum, only over HTTPS) with a
-throwaway certificate the nested Bazel's JVM trusts. It serves .debs and a Packages index built here. Checked: a locked .deb comes from the
-second mirror when the first has none; a locked version gone from every mirror is replaced by
-the index's newest one, with one warning and the drift in resolved.lock; a current lock
-re-fetches from the repository cache alone (server stopped, downloads disabled), and with an
-empty cache fails naming the packages and the fix.
+throwaway certificate the nested Bazel's JVM trusts. It serves .debs and a Packages index built
+here. One `bazel build --keep_going` (a nested Bazel costs 20-90 s here) fetches three
+repositories of one workspace, each a lock with its own mirrors:
+
+- `drift`: a locked .deb comes from the second mirror when the first has none; a locked version
+  gone from every mirror is replaced by the index's newest one, with one warning and the drift
+  in resolved.lock;
+- `cached`: a current lock whose only mirror is dead, its .debs already in the repository cache
+  under their sha256: fetched from the cache alone;
+- `cold`: the same dead mirror and one .deb not in the cache: fails naming that package, the
+  index it could not read either, and the fix.
+
+What debian.py computes for the rule (the download plan, drift resolution, the resolved lock,
+the errors) is tested directly, without Bazel, in test_debian.py.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from tools.oci.tests.debfixture import build_deb, packages_index
 
 OCI = Path(__file__).resolve().parents[1]
 BAZEL = os.environ.get("GLM53_NESTED_BAZEL", "/usr/bin/bazel-4")
+DEAD = "https://127.0.0.1:1"  # nothing listens on port 1
 RULE_FILES = ["deb.bzl", "private/debian_repository.bzl", "debian.py"]
 
 
@@ -79,67 +89,84 @@ def mirror(tmp_path: Path):
     server.stop()
 
 
-def workspace(tmp: Path, mirror_url: str, pins: list[Pin]) -> Path:
+def write_lock(path: Path, mirrors: tuple[str, ...], pins: list[Pin]) -> None:
+    archive = Archive("debian", ("bookworm",), mirrors)
+    relock = relock_command("//:" + path.stem + "_lock")
+    path.write_text(Lock(("hello", "world"), (), (archive,), tuple(pins), relock=relock).render())
+
+
+def workspace(tmp: Path, locks: dict[str, tuple[tuple[str, ...], list[Pin]]]) -> Path:
     ws = tmp / "ws"
     for rel in RULE_FILES:
         (ws / "tools/oci" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(OCI / rel, ws / "tools/oci" / rel)
     (ws / "tools/oci/BUILD.bazel").write_text('exports_files(["debian.py"])\n')
     (ws / "tools/oci/private/BUILD.bazel").write_text("")
-    (ws / "BUILD.bazel").write_text('exports_files(["fake.lock"])\n')
-    (ws / "WORKSPACE").write_text('workspace(name = "t")\n\nload("//tools/oci:deb.bzl", "debian_packages")\n\n'
-                                  'debian_packages(name = "fake_debs", lock = "//:fake.lock")\n')
-    # The first mirror has nothing: every download falls through to the second.
-    archive = Archive("debian", ("bookworm",), (f"{mirror_url}/empty", f"{mirror_url}/debian"))
-    (ws / "fake.lock").write_text(Lock(("hello", "world"), (), (archive,), tuple(pins),
-                                       relock=relock_command("//:fake_lock")).render())
+    (ws / "BUILD.bazel").write_text(f"exports_files({sorted(n + '.lock' for n in locks)!r})\n")
+    rules = "".join(f'debian_packages(name = "{n}", lock = "//:{n}.lock")\n' for n in locks)
+    (ws / "WORKSPACE").write_text(f'workspace(name = "t")\n\nload("//tools/oci:deb.bzl", "debian_packages")\n\n{rules}')
+    for name, (mirrors, pins) in locks.items():
+        write_lock(ws / f"{name}.lock", mirrors, pins)
     return ws
 
 
-def bazel(ws: Path, tmp: Path, truststore: Path, *flags: str, cache: str = "repo-cache") -> subprocess.CompletedProcess[str]:
+def seed_repository_cache(cache: Path, debs: list[tuple[Pin, Path]]) -> None:
+    """Bazel's repository cache layout: content_addressable/sha256/<sha256>/file."""
+    for pin, path in debs:
+        entry = cache / "content_addressable/sha256" / pin.sha256
+        entry.mkdir(parents=True)
+        shutil.copyfile(path, entry / "file")
+
+
+def bazel(ws: Path, tmp: Path, truststore: Path, cache: Path, *targets: str) -> subprocess.CompletedProcess[str]:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp), "TMPDIR": str(tmp)}
     return subprocess.run(
         [BAZEL, "--batch", "--nohome_rc", f"--output_user_root={tmp / 'root'}",
          f"--host_jvm_args=-Djavax.net.ssl.trustStore={truststore}", "--host_jvm_args=-Djavax.net.ssl.trustStorePassword=changeit",
-         f"--output_base={tmp / 'ob'}", "build", f"--repository_cache={tmp.parent / cache}",
-         "--noshow_progress", *flags, "@fake_debs//:debs", "@fake_debs//:resolved.lock"],
+         f"--output_base={tmp / 'ob'}", "build", "--keep_going", f"--repository_cache={cache}",
+         "--noshow_progress", *targets],
         cwd=ws, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
 
 
-def resolved(tmp: Path) -> Lock:
-    return Lock.parse((tmp / "ob/external/fake_debs/resolved.lock").read_text(), "resolved.lock")
+def resolved(tmp: Path, repo: str) -> Lock:
+    return Lock.parse((tmp / f"ob/external/{repo}/resolved.lock").read_text(), "resolved.lock")
 
 
-def test_locked_debs_come_from_the_mirrors_and_drift_is_resolved_once(tmp_path: Path, mirror) -> None:
+def stored(tmp: Path, repo: str) -> list[str]:
+    return sorted(p.name for p in (tmp / f"ob/external/{repo}/debs").iterdir())
+
+
+def test_the_rule_fetches_resolves_drift_uses_the_cache_and_fails_clearly(tmp_path: Path, mirror) -> None:
     server, debs = mirror
-    locked = [debs[("hello", "1.0-1")], debs[("world", "2.0-1")]]
-    run = tmp_path / "drift"
-    proc = bazel(workspace(run, server.url, locked), run, server.truststore)
-    assert proc.returncode == 0, proc.stdout
-    assert proc.stdout.count("WARNING: fake.lock: 1 locked version(s) are on no mirror") == 1, proc.stdout
-    assert "world 2.0-1 -> 2.0-2" in proc.stdout and "Relock with `./tools/bazel run //:fake_lock`" in proc.stdout
-    got = resolved(run)
-    assert got.source == "fake.lock"
+    hello, world_gone, world_now, world_old = (debs[k] for k in [("hello", "1.0-1"), ("world", "2.0-1"),
+                                                                 ("world", "2.0-2"), ("world", "1.9-1")])
+    root = tmp_path / "mirror/debian"
+    cache = tmp_path / "repo-cache"
+    seed_repository_cache(cache, [(hello, root / hello.path), (world_now, root / world_now.path)])
+    # The first mirror has nothing: every download of `drift` falls through to the second.
+    ws = workspace(tmp_path, {
+        "drift": ((f"{server.url}/empty", f"{server.url}/debian"), [hello, world_gone]),
+        "cached": ((DEAD,), [hello, world_now]),
+        "cold": ((DEAD,), [hello, world_old]),
+    })
+    proc = bazel(ws, tmp_path, server.truststore, cache, *[f"@{r}//:{t}" for r in ("drift", "cached", "cold")
+                                                           for t in ("debs", "resolved.lock")])
+    out = proc.stdout
+    assert proc.returncode != 0, out  # `cold` cannot be fetched
+
+    assert out.count("WARNING: drift.lock: 1 locked version(s) are on no mirror") == 1, out
+    assert "world 2.0-1 -> 2.0-2" in out and "Relock with `./tools/bazel run //:drift_lock`" in out
+    got = resolved(tmp_path, "drift")
+    assert got.source == "drift.lock"
     assert [(d.name, d.locked, d.used) for d in got.drift] == [("world", "2.0-1", "2.0-2")]
-    assert sorted(got.pins) == sorted([debs[("hello", "1.0-1")], debs[("world", "2.0-2")]])
-    stored = sorted(p.name for p in (run / "ob/external/fake_debs/debs").iterdir())
-    assert stored == sorted(p.filename for p in got.pins)
+    assert sorted(got.pins) == sorted([hello, world_now])
+    assert stored(tmp_path, "drift") == sorted(p.filename for p in got.pins)
 
+    assert "WARNING: cached.lock" not in out
+    assert resolved(tmp_path, "cached").drift == () and sorted(resolved(tmp_path, "cached").pins) == sorted([hello, world_now])
+    assert stored(tmp_path, "cached") == sorted([hello.filename, world_now.filename])
 
-def test_a_current_lock_refetches_offline_from_the_repository_cache(tmp_path: Path, mirror) -> None:
-    server, debs = mirror
-    current = [debs[("hello", "1.0-1")], debs[("world", "2.0-2")]]
-    first = tmp_path / "online"
-    proc = bazel(workspace(first, server.url, current), first, server.truststore)
-    assert proc.returncode == 0, proc.stdout
-    assert "WARNING: fake.lock" not in proc.stdout and resolved(first).drift == ()
-    server.stop()
-    again = tmp_path / "offline"
-    proc = bazel(workspace(again, server.url, current), again, server.truststore, "--experimental_repository_disable_download")
-    assert proc.returncode == 0, proc.stdout
-    assert sorted(resolved(again).pins) == sorted(current)
-    cold = tmp_path / "cold"
-    proc = bazel(workspace(cold, server.url, current), cold, server.truststore, cache="empty-cache")
-    assert proc.returncode != 0
-    assert "fake.lock: hello=1.0-1, world=2.0-2 could not be downloaded from any mirror" in proc.stdout, proc.stdout
-    assert "warm --repository_cache / --distdir" in proc.stdout
+    # hello came from the cache; only world 1.9-1 is named.
+    assert ("cold.lock: world=1.9-1 could not be downloaded from any mirror, and neither could "
+            f"{DEAD}/dists/bookworm/main/binary-amd64/Packages.xz") in out, out
+    assert "warm --repository_cache / --distdir" in out

@@ -187,3 +187,33 @@ def test_sandbox_check_refuses_unsandboxed_build_actions_and_unexplained_local_t
         "//x:t0 (DebianRootfs): build action with no-sandbox, requires-network; declare its inputs and let it run sandboxed",
         "//x:t1 (TestRunner): test with local but no requires-<reason> tag saying why",
     ]
+
+
+def test_sandbox_check_sees_aspect_actions() -> None:
+    # The layer SBOM scans (LayerSbom) are aspect actions: a plain aquery does not list them.
+    argv = sandbox_check.aquery_argv("./tools/bazel", ["//..."])
+    assert "--include_aspects" in argv and argv[-2] == "mnemonic('.*', //...)"
+
+
+def test_resolve_program_answers_the_rule(tmp_path: Path, capsys) -> None:
+    # What _debian_packages_impl reads back: the .debs still to download (only the moved ones,
+    # every mirror of their archive), the drift, the relock command; and the resolved lock it wrote.
+    (tmp_path / "lock").write_text(lock(pin("libc6", "2.36-9+deb12u14"), pin("zlib1g", "1:1.2.13.dfsg-1")).render())
+    (tmp_path / "main.xz").write_bytes(packages_index([("libc6", "2.36-9+deb12u15", "c" * 64, "pool/main/g/glibc/l15.deb", ""),
+                                                       ("zlib1g", "1:1.2.13.dfsg-1", SHA, "pool/main/z/zlib/z.deb", "")]))
+    args = ["resolve", "--lock", str(tmp_path / "lock"), "--lock-name", "recipes/bases/debian.lock", "--out", str(tmp_path / "out")]
+    assert debian.main(args + ["--missing", "libc6", "--index", f"debian={tmp_path / 'main.xz'}"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["debs"] == [{"name": "libc6", "version": "2.36-9+deb12u15", "sha256": "c" * 64, "file": "c" * 64 + ".deb",
+                               "urls": ["https://deb.example/debian/pool/main/g/glibc/l15.deb",
+                                        "http://m2.example/debian/pool/main/g/glibc/l15.deb"]}]
+    assert answer["drift"] == [{"name": "libc6", "locked": "2.36-9+deb12u14", "used": "2.36-9+deb12u15"}]
+    assert answer["relock"] == RELOCK
+    written = Lock.parse((tmp_path / "out").read_text(), "out")
+    assert written.source == "recipes/bases/debian.lock" and written.drift == (Drift("libc6", "2.36-9+deb12u14", "2.36-9+deb12u15"),)
+    # A current lock: nothing more to download, no drift, the lock itself as resolved.lock.
+    assert debian.main(args) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["debs"] == [] and answer["drift"] == []
+    assert Lock.parse((tmp_path / "out").read_text(), "out").pins == lock(pin("libc6", "2.36-9+deb12u14"),
+                                                                           pin("zlib1g", "1:1.2.13.dfsg-1")).pins

@@ -2,11 +2,19 @@
 
 load("//tools/oci:defs.bzl", "OciImageInfo", "image_runfiles_args", "write_launcher")
 
-# Tests that start containers must run on the local host, outside Bazel's sandbox (podman keeps
-# its storage under ~/.cache and needs /run), one at a time (2 cores, GBs of image), and never
-# on a remote executor. "local" implies no-sandbox and no-remote; the others are spelled out so
-# they survive strategy overrides.
-CONTAINER_TEST_TAGS = ["local", "no-remote", "no-sandbox", "exclusive", "requires-podman"]
+# Tests that start containers run on the local host, outside Bazel's sandbox (podman keeps its
+# storage under ~/.cache and needs /run), one at a time (2 cores, GBs of image), and never on a
+# remote executor, but their results are cached: no "local" (which Bazel 4.2.3 also implies for
+# "exclusive" unless --incompatible_exclusive_test_sandboxed, set in .bazelrc) and no
+# "no-remote". What the host contributes is an input: they carry //tools/ci:host_tools.
+# "integration" keeps them out of --config=quick.
+_CONTAINER = ["no-remote-exec", "no-sandbox", "requires-podman", "integration"]
+CONTAINER_TEST_TAGS = _CONTAINER + ["exclusive"]
+
+# A light container test (one small container, under a minute alone) runs beside other tests
+# instead of in Bazel's serial phase for exclusive tests: podman's storage takes concurrent
+# pulls and runs (its own locks; each run names its image by digest and its view by pid).
+LIGHT_CONTAINER_TEST_TAGS = _CONTAINER + ["cpu:1"]
 
 def _impl(ctx):
     if bool(ctx.attr.tests_in_image) == bool(ctx.files.host_tests):
@@ -22,7 +30,7 @@ def _impl(ctx):
         files += ctx.files.host_tests
     for key, value in sorted(ctx.attr.env.items()):
         args.append("--env=%s=%s" % (key, value))
-    return [write_launcher(ctx, ctx.attr._runner, args, files, "in-image CPU suite")]
+    return [write_launcher(ctx, ctx.attr._runner, args, files + ctx.files._host_tools, "in-image CPU suite")]
 
 _image_suite_test = rule(
     implementation = _impl,
@@ -37,21 +45,25 @@ _image_suite_test = rule(
         "markers": attr.string(doc = "pytest -m expression, e.g. \"timing\" or \"not timing\" (tests that measure time carry @pytest.mark.timing)"),
         "env": attr.string_dict(doc = "extra environment variables in the container"),
         "_runner": attr.label(default = "//tools/podman:run_in_image", executable = True, cfg = "target"),
+        # The host's podman, runc, ... versions: a host upgrade reruns the suite (tools/ci/host_tools.bzl).
+        "_host_tools": attr.label(default = "//tools/ci:host_tools", allow_single_file = True),
     },
 )
 
-def image_suite_test(name, tags = [], **kwargs):
+def image_suite_test(name, tags = [], exclusive = True, **kwargs):
     """_image_suite_test with the container tags always added and size "large".
 
     Args:
       name: test name.
       tags: extra tags.
+      exclusive: False for a light suite (LIGHT_CONTAINER_TEST_TAGS): it runs beside other tests.
       **kwargs: image, expect, tests_in_image, host_tests, markers, backend, env, size,
         timeout, flaky, ...
     """
     kwargs.setdefault("size", "large")
+    container = CONTAINER_TEST_TAGS if exclusive else LIGHT_CONTAINER_TEST_TAGS
     _image_suite_test(
         name = name,
-        tags = CONTAINER_TEST_TAGS + [t for t in tags if t not in CONTAINER_TEST_TAGS],
+        tags = container + [t for t in tags if t not in container],
         **kwargs
     )
