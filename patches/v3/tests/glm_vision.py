@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import pathlib
 from dataclasses import dataclass
 from typing import Any, List
@@ -44,6 +45,9 @@ def build(directory: pathlib.Path, tokenizer) -> GlmVision:
     from sglang.srt.runtime_context import publish
     from sglang.srt.server_args import ServerArgs
 
+    # The images carry no lscpu (util-linux), which ServerArgs' --device cpu memory probe runs;
+    # a thread binding makes it skip the probe (the children inherit it).
+    os.environ.setdefault("SGLANG_CPU_OMP_THREADS_BIND", "all")
     # The fixture has GLM's image tokens and no video ones: videos are not covered.
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in (
         "<|image|>", "<|begin_of_image|>", "<|end_of_image|>")}
