@@ -40,7 +40,7 @@ from tools.rollout.lock import DEFAULT_DIR as LOCK_DIR
 from tools.rollout.lock import LockHeld, ProjectLock
 from tools.rollout.plan import make_plan, refusals, render
 
-# Called with the target compose file; returns objects with .message and .fix (empty: deployable).
+# Called with the target compose file; returns compose.deployable.Reason objects (empty: deployable).
 Gate = Callable[[Path], list[Any]]
 # Called with the target compose file inside a checkout of its revision; returns the exit code
 # of //validators:check's checks (each validator prints its own report).
@@ -154,9 +154,12 @@ def default_gate() -> Gate:
 def check_deployable(target: Path, label: str, gate: Gate | None) -> None:
     reasons = (gate or default_gate())(target)
     if reasons:
-        # The checkout's scratch path means nothing to the operator; the revision does.
-        lines = [f"  - {r.message.replace(str(target), label)} (fix: {r.fix})" for r in reasons]
-        raise Refused(f"{label} is not deployable ({len(reasons)} reasons):\n" + "\n".join(lines))
+        from compose import deployable  # noqa: PLC0415
+
+        # The same report as //compose:deployable (grouped by fix, prerequisites first); the
+        # checkout's scratch path means nothing to the operator, the revision does.
+        lines = [line.replace(str(target), label) for line in deployable.report(label, reasons)]
+        raise Refused("\n".join(lines))
 
 
 def _paths() -> tuple[Path, Path]:

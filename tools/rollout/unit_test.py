@@ -13,12 +13,12 @@ import re
 import subprocess
 import tempfile
 import threading
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from compose.deployable import Reason
 from tools.rollout import cli
 from tools.rollout import journal as jr
 from tools.rollout.apply import Gates, Rollout, StepFailed, http_get
@@ -154,12 +154,6 @@ def test_go_durations() -> None:
 # -- the deployability gate seam ----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Reason:
-    message: str
-    fix: str
-
-
 def _git(root: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout.strip()
 
@@ -194,12 +188,20 @@ def test_non_deployable_target_is_refused(workspace: Path, capsys) -> None:
 
     def gate(path: Path) -> list[Reason]:
         seen.append(path.read_text())
-        return [Reason("engine_image pin of r2 is UNKNOWN", "run //pins:resolve")]
+        return [Reason("prod base pin is UNKNOWN", "run //recipes/bases:pin_prod"),
+                Reason(f"engine_image of r2 in {path} is not the pin", "run //compose:update",
+                       after="run //recipes/bases:pin_prod")]
 
     assert cli.main(_apply_argv(workspace), gate=gate, validate=_passes) == 1
     err = capsys.readouterr().err
-    assert "REFUSED: compose/to.yaml@HEAD is not deployable (1 reasons):" in err
-    assert "engine_image pin of r2 is UNKNOWN (fix: run //pins:resolve)" in err
+    # The gate's own report: grouped by fix, the prerequisite first, the revision named.
+    assert err.splitlines() == [
+        "rollout: REFUSED: compose/to.yaml@HEAD: NOT DEPLOYABLE: 2 reasons, 2 fixes",
+        "rollout: REFUSED:   fix 1: run //recipes/bases:pin_prod",
+        "rollout: REFUSED:     - prod base pin is UNKNOWN",
+        "rollout: REFUSED:   fix 2 (after fix 1): run //compose:update",
+        "rollout: REFUSED:     - engine_image of r2 in compose/to.yaml@HEAD is not the pin",
+    ]
     assert seen and "MAX_RETRIES=4" in seen[0]  # the gate saw the target revision
     assert not (workspace / "j.json").exists()
 
