@@ -61,21 +61,23 @@ def mixed_table(mixed: dict, baseline: str, minutes: float) -> str:
     """The mixed phase per arm: probes, errors by class, tool prompts against the baseline, small chats."""
     lines = [
         f"Mixed traffic for {minutes:g} min (tool chats, small chats, image chats, 64 x 9 MP and 16 x 48 MP"
-        f" requests at once; inline multimodal processor). Tool prompts compared with arm {baseline}.",
+        f" requests at once). Tool prompts, and the image requests' ids and features as the scheduler read"
+        f" them, compared with arm {baseline}.",
         "",
         "| Arm | Requests OK | Errors by class | 'Already borrowed' in server log | Worst / p50 / p99 /health"
-        " | Probes over 20 ms | Tool prompts equal / changed / unknown | Small-chat dispatch p50 / p99 / worst |",
-        "|---|---:|---|---:|---:|---:|---:|---:|",
+        " | Probes over 20 ms | Tool prompts equal / changed / unknown | Image requests equal / changed / unknown"
+        " | Small-chat dispatch p50 / p99 / worst |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for arm, m in mixed.items():
         errors = ", ".join(f"{k}: {v}" for k, v in m.errors.items()) or "none"
-        p = m.tool_prompts
+        p, i = m.tool_prompts, m.image_requests
         d = m.small_chat_dispatch
         small = f"{_ms(d.p50_ms)} / {_ms(d.p99_ms)} / {_ms(d.worst_ms)}" if d else "none arrived"
         lines.append(
             f"| {arm} | {m.answered_ok} / {m.requests} | {errors} | {m.server_log_already_borrowed}"
             f" | {_ms(m.worst_ms)} / {_ms(m.p50_ms)} / {_ms(m.p99_ms)} | {m.probes_over_20ms} / {m.probes}"
-            f" | {p.equal} / {p.changed} / {p.unknown} | {small} |"
+            f" | {p.equal} / {p.changed} / {p.unknown} | {i.equal} / {i.changed} / {i.unknown} | {small} |"
         )
     return "\n".join(lines) + "\n"
 

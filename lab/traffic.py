@@ -4,7 +4,9 @@ Inputs per arm: session.json (every request's send/answer times, status, error t
 fake scheduler's log (when each request id reached it, the sha256 of its input ids) and the
 server log. The baseline arm (stock) gives the reference prompts: a tool request whose input
 ids differ from the baseline's got a different prompt (serving_chat's retry with flattened
-tools after an exception is the known cause).
+tools after an exception is the known cause), and an image request whose ids or features
+(as the scheduler read them) differ got different image processing (v3 runs the processor in
+child processes; stock runs it in the server process).
 
 Pure functions over plain data, unit-tested on the host.
 """
@@ -27,6 +29,8 @@ class Arrival:
     received_at: float
     input_ids: int
     input_sha256: str | None
+    mm_items: int = 0
+    mm_feature_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,8 @@ class Delays:
 
 @dataclass(frozen=True)
 class PromptCheck:
-    """Tool requests against the baseline arm: equal, changed, or unknown (either side has none)."""
+    """Requests against the baseline arm: equal (input ids and features), changed, or unknown
+    (either side has no digest)."""
 
     equal: int
     changed: int
@@ -59,6 +64,7 @@ class MixedStats:
     p99_ms: float
     probes_over_20ms: int
     tool_prompts: PromptCheck
+    image_requests: PromptCheck  # requests that carried images: ids and features
     small_chat_dispatch: Delays | None
 
 
@@ -96,7 +102,8 @@ def load_arrivals(path: Path) -> dict[str, Arrival]:
             raise ResultsError(f"{path}:{number}: not JSON ({err})") from None
         rid = raw.get("rid")
         if raw.get("kind") == "TokenizedGenerateReqInput" and isinstance(rid, str) and rid not in arrivals:
-            arrivals[rid] = Arrival(float(raw["received_at"]), int(raw.get("input_ids", 0)), raw.get("input_sha256"))
+            arrivals[rid] = Arrival(float(raw["received_at"]), int(raw.get("input_ids", 0)), raw.get("input_sha256"),
+                                    int(raw.get("mm_items", 0)), raw.get("mm_feature_sha256"))
     return arrivals
 
 
@@ -114,14 +121,21 @@ def delays(values: list[float]) -> Delays | None:
     return Delays(len(values), round(percentile(values, 50), 1), round(percentile(values, 99), 1), round(max(values), 1))
 
 
-def prompt_check(names: list[str], arrivals: dict[str, Arrival], baseline: dict[str, Arrival]) -> PromptCheck:
+def prompt_check(names: list[str], arrivals: dict[str, Arrival], baseline: dict[str, Arrival],
+                 features: bool = False) -> PromptCheck:
+    """`features`: the requests carry images, so their feature digests must be known and equal too."""
     equal = changed = unknown = 0
     changed_names = []
+
+    def key(a: Arrival) -> tuple:
+        return (a.input_sha256, a.input_ids, a.mm_feature_sha256)
+
     for name in names:
         mine, theirs = arrivals.get(name), baseline.get(name)
-        if mine is None or theirs is None or mine.input_sha256 is None or theirs.input_sha256 is None:
+        if mine is None or theirs is None or mine.input_sha256 is None or theirs.input_sha256 is None \
+                or (features and (mine.mm_feature_sha256 is None or theirs.mm_feature_sha256 is None)):
             unknown += 1
-        elif (mine.input_sha256, mine.input_ids) == (theirs.input_sha256, theirs.input_ids):
+        elif key(mine) == key(theirs):
             equal += 1
         else:
             changed += 1
@@ -151,6 +165,9 @@ def mixed_stats(arm_dir: Path, baseline_dir: Path) -> MixedStats:
         raise ResultsError(f"{arm_dir / mixed['probe_file']}: no probe during the mixed phase")
     classes = Counter(c for c in (error_class(r) for r in records) if c is not None)
     tools = [r["name"] for r in records if r.get("kind") == "tool"]
+    # Image requests: those that reached either arm's scheduler with multimodal items.
+    images = [r["name"] for r in records
+              if any(getattr(side.get(r["name"]), "mm_items", 0) for side in (arrivals, baseline))]
     small = [d for d in (dispatch_ms(r, arrivals) for r in records if r.get("kind") == "small") if d is not None]
     ms = [p.ms for p in probes]
     return MixedStats(
@@ -164,6 +181,7 @@ def mixed_stats(arm_dir: Path, baseline_dir: Path) -> MixedStats:
         p99_ms=round(percentile(ms, 99), 1),
         probes_over_20ms=sum(1 for v in ms if v > SLOW_MS),
         tool_prompts=prompt_check(tools, arrivals, baseline),
+        image_requests=prompt_check(images, arrivals, baseline, features=True),
         small_chat_dispatch=delays(small),
     )
 

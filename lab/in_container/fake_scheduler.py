@@ -24,7 +24,7 @@ import json
 import os
 import time
 from array import array
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 # Large enough for the 5 MB bodies; also the TokenizerManager's max_req_input_len.
@@ -47,6 +47,9 @@ class Received:
     mm_items: int = 0
     mm_feature_bytes: int = 0
     mm_shm_items: int = 0
+    # sha256 of every item's features as the scheduler reads them (after the /dev/shm copy): the
+    # same images processed in-process (stock) and in a child (v3) give the same digest.
+    mm_feature_sha256: str | None = None
 
 
 def register() -> None:
@@ -112,6 +115,31 @@ def _mm_summary(req) -> tuple[int, int, int]:
                 elif isinstance(v, torch.Tensor):
                     total += v.numel() * v.element_size()
     return len(items), total, shm
+
+
+def features_digest(mm_inputs) -> str:
+    """sha256 over each item's modality, offsets, feature tensors and model-specific tensors
+    (dtype, shape, bytes), in item order."""
+    import torch
+
+    digest = hashlib.sha256()
+
+    def add(label: str, value) -> None:
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, torch.Tensor):
+                digest.update(f"{label}:{v.dtype}:{tuple(v.shape)};".encode())
+                digest.update(memoryview(v.detach().contiguous().view(torch.uint8).numpy()))
+            elif v is not None:
+                digest.update(f"{label}={v!r};".encode())
+
+    for item in getattr(mm_inputs, "mm_items", None) or []:
+        add("modality", str(getattr(item, "modality", None)))
+        add("offsets", getattr(item, "offsets", None))
+        add("feature", getattr(item, "feature", None))
+        add("precomputed_embeddings", getattr(item, "precomputed_embeddings", None))
+        for key, value in sorted((getattr(item, "model_specific_data", None) or {}).items()):
+            add(f"model_specific_data.{key}", value)
+    return digest.hexdigest()
 
 
 def ids_digest(input_ids) -> str | None:
@@ -201,12 +229,14 @@ class FakeScheduler:
         for req in reqs:
             if hasattr(req, "unwrap_pickle_fields"):
                 req.unwrap_pickle_fields()
-            seen.append(describe(req, now))
+            received = describe(req, now)
             if isinstance(req, TokenizedGenerateReqInput):
                 if req.mm_inputs is not None:
                     # Opens and unlinks the /dev/shm segments, as the real receiver does.
                     unwrap_shm_features(req)
+                    received = replace(received, mm_feature_sha256=features_digest(req.mm_inputs))
                 sock_send(self._send, reply_for(req))
+            seen.append(received)
         self._log(seen)
         return seen
 

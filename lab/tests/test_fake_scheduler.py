@@ -120,3 +120,28 @@ def test_plugin_is_discovered_and_replaces_the_scheduler_class():
     finally:
         scheduler.Scheduler = original
         HookRegistry.reset()
+
+
+def test_features_digest_sees_the_bytes_the_scheduler_reads():
+    """The digest the lab compares across arms: equal for the same features whether they came
+    in-process or through a /dev/shm segment, different for one changed byte, dtype or shape."""
+    import pickle
+
+    import torch
+    from sglang.srt.managers.mm_utils import ShmPointerMMData
+
+    def inputs(feature, grid=torch.tensor([[1, 16, 16]])):
+        item = SimpleNamespace(modality="IMAGE", offsets=[(3, 259)], feature=feature, precomputed_embeddings=None,
+                               model_specific_data={"image_grid_thw": grid})
+        return SimpleNamespace(mm_items=[item])
+
+    pixels = torch.rand(3, 896, 896)
+    reference = fake_scheduler.features_digest(inputs(pixels))
+    through_shm = pickle.loads(pickle.dumps(ShmPointerMMData(pixels))).materialize()
+    assert fake_scheduler.features_digest(inputs(through_shm)) == reference
+    changed = pixels.clone()
+    changed.view(torch.uint8).view(-1)[12345] ^= 1
+    assert fake_scheduler.features_digest(inputs(changed)) != reference
+    assert fake_scheduler.features_digest(inputs(pixels.reshape(3, 896 * 896))) != reference
+    assert fake_scheduler.features_digest(inputs(pixels.to(torch.bfloat16))) != reference
+    assert fake_scheduler.features_digest(inputs(pixels, grid=torch.tensor([[1, 32, 8]]))) != reference

@@ -45,26 +45,40 @@ def test_mixed_stats_compare_prompts_with_the_baseline_and_time_small_chats(tmp_
         {"name": "tool_1", "kind": "tool", "status": 200, "error": None, "sent": 10.1},
         {"name": "tool_2", "kind": "tool", "status": 500, "error": "HTTP 500: Already borrowed", "sent": 10.2},
         {"name": "small_0", "kind": "small", "status": 200, "error": None, "sent": 10.3},
+        {"name": "image_0", "kind": "image_chat", "status": 200, "error": None, "sent": 10.4},
+        {"name": "image_1", "kind": "image_chat", "status": 200, "error": None, "sent": 10.4},
+        {"name": "image_2", "kind": "large_images", "status": 200, "error": None, "sent": 10.4},
     ]
+    image = {"received_at": 10.9, "input_ids": 600, "input_sha256": "i", "mm_items": 2}
     stock = _arm(tmp_path, "stock", [
         {"rid": "tool_0", "received_at": 10.5, "input_ids": 9, "input_sha256": "a"},
         {"rid": "tool_1", "received_at": 10.6, "input_ids": 9, "input_sha256": "b"},
         {"rid": "tool_2", "received_at": 10.7, "input_ids": 9, "input_sha256": "c"},
-        {"rid": "small_0", "received_at": 11.3, "input_ids": 3, "input_sha256": "d"}], records[:2] + [
-        dict(records[2], status=200, error=None), records[3]])
+        {"rid": "small_0", "received_at": 11.3, "input_ids": 3, "input_sha256": "d"},
+        dict(image, rid="image_0", mm_feature_sha256="f0"),
+        dict(image, rid="image_1", mm_feature_sha256="f1"),
+        dict(image, rid="image_2", mm_feature_sha256="f2")], records[:2] + [
+        dict(records[2], status=200, error=None)] + records[3:])
     v3 = _arm(tmp_path, "v3", [
         {"rid": "tool_0", "received_at": 10.5, "input_ids": 9, "input_sha256": "a"},
         {"rid": "tool_1", "received_at": 10.6, "input_ids": 11, "input_sha256": "flattened"},
-        {"rid": "small_0", "received_at": 10.31, "input_ids": 3, "input_sha256": "d"}], records,
+        {"rid": "small_0", "received_at": 10.31, "input_ids": 3, "input_sha256": "d"},
+        dict(image, rid="image_0", mm_feature_sha256="f0"),
+        # Same prompt, other pixels: a child that processed the images differently.
+        dict(image, rid="image_1", mm_feature_sha256="other"),
+        dict(image, rid="image_2")], records,  # an older fake scheduler: no feature digest
         log="x RuntimeError: Already borrowed\nfine\nAlready borrowed again\n")
 
     base = traffic.mixed_stats(stock, stock)
     assert base.errors == {} and base.tool_prompts.equal == 3 and base.tool_prompts.changed == 0
+    assert (base.image_requests.equal, base.image_requests.changed, base.image_requests.unknown) == (3, 0, 0)
     assert base.small_chat_dispatch.worst_ms == pytest.approx(1000.0)
 
     m = traffic.mixed_stats(v3, stock)
     assert m.errors == {"already_borrowed": 1}
-    assert m.answered_ok == 3 and m.requests == 4
+    assert m.answered_ok == 6 and m.requests == 7
+    assert (m.image_requests.equal, m.image_requests.changed, m.image_requests.unknown) == (1, 1, 1)
+    assert m.image_requests.changed_names == ["image_1"]
     assert m.server_log_already_borrowed == 2
     assert (m.tool_prompts.equal, m.tool_prompts.changed, m.tool_prompts.unknown) == (1, 1, 1)
     assert m.tool_prompts.changed_names == ["tool_1"]
@@ -72,7 +86,7 @@ def test_mixed_stats_compare_prompts_with_the_baseline_and_time_small_chats(tmp_
     assert (m.worst_ms, m.probes_over_20ms, m.probes) == (35.0, 1, 3)
 
     table = report.mixed_table({"stock": base, "v3": m}, "stock", 4)
-    assert "| v3 | 3 / 4 | already_borrowed: 1 | 2 | 35 ms / 3.0 ms / 35 ms | 1 / 3 | 1 / 1 / 1 | 10 ms / 10 ms / 10 ms |" in table
+    assert "| v3 | 6 / 7 | already_borrowed: 1 | 2 | 35 ms / 3.0 ms / 35 ms | 1 / 3 | 1 / 1 / 1 | 1 / 1 / 1 | 10 ms / 10 ms / 10 ms |" in table
 
 
 def test_dispatch_of_one_at_a_time_requests(tmp_path: Path):
@@ -102,7 +116,8 @@ def test_targets_table_marks_met_missed_and_unmeasured():
     ]}
     dispatch = {"stock": {"small_chat_during_5MB": 4000.0}, "v3": {"small_chat_during_5MB": 12.0}}
     mixed = {"v3": {"errors": {}, "server_log_already_borrowed": 0, "worst_ms": 15.0,
-                    "tool_prompts": {"equal": 5, "changed": 0, "unknown": 0}}}
+                    "tool_prompts": {"equal": 5, "changed": 0, "unknown": 0},
+                    "image_requests": {"equal": 3, "changed": 0, "unknown": 0}}}
     table = report.targets_table(results, dispatch, mixed, ("stock", "v3"), "stock")
     assert "| worst /health, 4.7 MB chat | <= 10 ms, prompt tokens = stock | 4,000.0 ms, prompt tokens = stock (MISSED) | 8.0 ms, prompt tokens = stock (met) |" in table
     assert "9.0 ms, prompt tokens != stock (MISSED)" in table  # fast but a different prompt

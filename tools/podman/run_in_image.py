@@ -150,7 +150,7 @@ def cmd_suite(args: argparse.Namespace) -> int:
     spec = RunSpec(
         image=image,
         command=["python3", f"{RUN_DIR}/pytest_driver.py", "--report", f"{OUT_DIR}/report.json", "--", *pytest_args],
-        env={"PYTHONDONTWRITEBYTECODE": "1", **parse_pairs(args.env, "env")},
+        env={"PYTHONDONTWRITEBYTECODE": "1", suite.EXPECTATION_ENV: args.expect, **parse_pairs(args.env, "env")},
         mounts=mounts,
         memory_bytes=int(args.memory_gib * GIB),
         shm_bytes=int(args.shm_gib * GIB),

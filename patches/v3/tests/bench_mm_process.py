@@ -21,33 +21,10 @@ import asyncio
 import os
 import tempfile
 import threading
-import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable, List
 
 import glm_vision
-
-
-def worst_gil_gap(run: Callable[[], Awaitable[Any]]) -> tuple:
-    gaps: List[float] = []
-    stop = threading.Event()
-
-    def ticker() -> None:
-        last = time.perf_counter()
-        while not stop.is_set():
-            time.sleep(0.001)
-            now = time.perf_counter()
-            gaps.append(now - last)
-            last = now
-
-    thread = threading.Thread(target=ticker)
-    thread.start()
-    start = time.perf_counter()
-    result = asyncio.run(run())
-    total = time.perf_counter() - start
-    stop.set()
-    thread.join()
-    return result, total, max(gaps)
+from bench_gil_tail import worst_gil_gap
 
 
 def _status_kib(pid: int, field: str) -> int:
@@ -96,7 +73,7 @@ def main() -> None:
     kwargs = glm_vision.mm_kwargs(obj)
     print(f"request: {args.count} x {args.side}x{args.side} PNG, {body_mb:.1f} MB of base64")
 
-    output, total, gap = worst_gil_gap(lambda: vision.processor.process_mm_data_async(**kwargs))
+    output, total, gap = worst_gil_gap(lambda: asyncio.run(vision.processor.process_mm_data_async(**kwargs)))
     features = sum(i.feature.numel() * i.feature.element_size() for i in output.mm_items)
     print(f"in-process (worker thread): {total:.2f} s, worst GIL gap {gap * 1000:.0f} ms, "
           f"features {features / 2**20:.0f} MiB")
@@ -107,13 +84,13 @@ def main() -> None:
         async def never():
             raise RuntimeError("fell back to in-process")
 
-        warm, _, _ = worst_gil_gap(lambda: pool.process(
-            glm_vision.mm_kwargs(glm_vision.request([images[0]])), 1, never))
+        warm, _, _ = worst_gil_gap(lambda: asyncio.run(pool.process(
+            glm_vision.mm_kwargs(glm_vision.request([images[0]])), 1, never)))
         discard_mm_inputs_shm(warm)
         (child,) = [p for p in pool._processes if not p.closed]
         ready_kib = _status_kib(child.pid, "VmRSS")
         peak = _PeakWatcher(child.pid)
-        output, total, gap = worst_gil_gap(lambda: pool.process(kwargs, args.count, never))
+        output, total, gap = worst_gil_gap(lambda: asyncio.run(pool.process(kwargs, args.count, never)))
         peak_kib = peak.stop()
         discard_mm_inputs_shm(output)
         del output

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
+import os
 import random
 import string
 import threading
@@ -32,6 +34,12 @@ import pytest
 # The hard limit of a blocking stand-in: only reached when the code under test ran it inline
 # on the loop (so the loop could not release it); a regression then fails instead of hanging.
 HOLD_SECONDS = 5.0
+# On the stock image (//recipes:stock_cpu_test, which tools/podman runs with
+# GLM53_SUITE_EXPECT=stock-bugs) a detects_stock_bug test is expected to fail, and most do by
+# a hold timing out: there the holds of those tests last this fraction of HOLD_SECONDS. Each
+# still fails by its own check (released_by_loop is False); every other test keeps the full hold.
+SUITE_EXPECT_ENV = "GLM53_SUITE_EXPECT"
+STOCK_BUG_HOLD_FACTOR = 0.1
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -105,8 +113,12 @@ class Hold:
 
 
 @pytest.fixture
-def hold_factory() -> Callable[..., Hold]:
-    return Hold
+def hold_factory(request: pytest.FixtureRequest) -> Callable[..., Hold]:
+    """`Hold`, with a short hold for a test expected to fail on the stock image."""
+    expected_to_fail = (os.environ.get(SUITE_EXPECT_ENV) == "stock-bugs"
+                        and request.node.get_closest_marker("detects_stock_bug") is not None)
+    seconds = HOLD_SECONDS * (STOCK_BUG_HOLD_FACTOR if expected_to_fail else 1.0)
+    return functools.partial(Hold, seconds=seconds)
 
 
 def _train_tiny_tokenizer() -> Any:

@@ -342,3 +342,87 @@ def test_close_ends_the_children_and_a_running_call_leaves_nothing(glm_vision):
             os.waitpid(pid, os.WNOHANG)  # reaped
     assert got.input_ids
     assert _segments() == []
+
+
+# -- through the tokenizer manager: its real _tokenize_one_request and dispatch ------------------
+
+
+@pytest.fixture
+def mm_dispatching(make_tokenizer_manager, glm_tokenizer, glm_vision, pool, tmp_path, dispatch_helpers):
+    """A tokenizer manager with the GLM-V processor and the pool, dispatching on a real ZMQ
+    socket (conftest.dispatching_manager), and the scheduler's end of it."""
+    tm = make_tokenizer_manager(glm_tokenizer)
+    with dispatch_helpers.manager(tm, f"ipc://{tmp_path}/scheduler_input") as scheduler:
+        tm.mm_processor = glm_vision.processor
+        tm.mm_process_pool = pool
+        tm.max_req_input_len = 1 << 20
+        yield tm, scheduler, dispatch_helpers.submit_until_dispatch
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_the_tokenizer_manager_dispatches_the_childs_segments(glm_vision, mm_dispatching):
+    """generate_request's path for an image request: the features the scheduler reads are the
+    child's segments (this process made none) and equal the in-process processor's."""
+    import torch
+
+    from sglang.srt.managers.mm_utils import ShmPointerMMData, unwrap_shm_features
+
+    tm, scheduler, submit = mm_dispatching
+    obj = _request([_url(_png(1280, 720, 20)), _url(_jpeg(640, 480, 21), "jpeg")])
+    expected = asyncio.run(glm_vision.processor.process_mm_data_async(**_kwargs(obj)))
+    before = _stats()
+
+    asyncio.run(submit(tm, obj))
+    received = scheduler.receive()
+
+    assert received.rid == obj.rid
+    assert _stats().get("uses", 0) == before.get("uses", 0) + 1, "the pool did not process the request"
+    assert list(received.input_ids) == expected.input_ids
+    pointers = [item.feature for item in received.mm_inputs.mm_items]
+    assert all(isinstance(p, ShmPointerMMData) for p in pointers), [type(p) for p in pointers]
+    assert all(p.shm_name.startswith(SEGMENT_PREFIX) for p in pointers), "segments made in this process"
+    unwrap_shm_features(received)
+    for mine, theirs in zip(received.mm_inputs.mm_items, expected.mm_items):
+        assert mine.feature.view(torch.uint8).equal(theirs.feature.contiguous().view(torch.uint8))
+    assert _segments() == []
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_a_request_rejected_after_its_images_leaves_no_segment(mm_dispatching):
+    """The child wrote the segments, then the prompt is too long for the context: the request is
+    refused before dispatch and its segments are unlinked here (nothing reaches the scheduler)."""
+    tm, scheduler, submit = mm_dispatching
+    tm.context_len = 64
+    obj = _request([_url(_png(1280, 720, 22))])
+    with pytest.raises(ValueError, match="longer than the model's context length|context length"):
+        asyncio.run(submit(tm, obj))
+    assert not scheduler.pull.poll(100), "a refused request reached the scheduler"
+    assert _segments() == [], "a refused request's segments were left in /dev/shm"
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_a_full_pool_is_a_503_from_the_tokenizer_manager(mm_dispatching, pool):
+    import fastapi
+
+    tm, _, _ = mm_dispatching
+    obj = _request([_url(_png(640, 480, 23))])
+    pid = _stop_child(pool)
+
+    async def overflow():
+        first = asyncio.ensure_future(tm._process_mm_data(obj, obj.text))
+        second = asyncio.ensure_future(tm._process_mm_data(obj, obj.text))
+        await asyncio.sleep(0)
+        with pytest.raises(fastapi.HTTPException) as refused:
+            await tm._process_mm_data(obj, obj.text)
+        os.kill(pid, signal.SIGCONT)
+        return refused.value, await first, await second
+
+    refused, *answers = asyncio.run(overflow())
+    assert refused.status_code == 503 and "busy" in refused.detail
+    for got in answers:
+        for item in got.mm_items:
+            item.feature.close_and_unlink()
+    assert _segments() == []

@@ -127,8 +127,8 @@ class CopyStandIns:
 
 @pytest.fixture
 def copy_stand_ins(monkeypatch, hold_factory):
-    def install(seconds: float = 5.0, discard_error: Optional[Exception] = None):
-        stand_ins = CopyStandIns(hold_factory(seconds=seconds), discard_error)
+    def install(discard_error: Optional[Exception] = None):
+        stand_ins = CopyStandIns(hold_factory(), discard_error)
         monkeypatch.setattr(tokenizer_manager_module, "wrap_shm_features", stand_ins.wrap)
         # raising=False: stock 0.5.19's tokenizer_manager does not import the discard.
         monkeypatch.setattr(
