@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lab.offload import offload_failures
+from lab.offload import mm_process_failures, offload_failures
 
 QUICK_REQUESTS = ("chat_4.7MB", "generate_5MB")
 V3_WORST_BELOW_MS = 250.0
@@ -36,7 +36,7 @@ def quick_failures(results: dict, requests: tuple[str, ...] = QUICK_REQUESTS) ->
         if stock["prompt_tokens"] != v3["prompt_tokens"]:
             failures.append(f"{name}: prompt_tokens differ: stock {stock['prompt_tokens']}, v3 {v3['prompt_tokens']}")
     if any("v3" in entry for entry in results.get("requests", [])):
-        failures += offload_failures(results, "v3")
+        failures += offload_failures(results, "v3") + mm_process_failures(results, "v3")
     return failures
 
 
@@ -84,6 +84,7 @@ def target_rows(results: dict, dispatch: dict, mixed: dict, arm: str, baseline: 
         rows.append(("mixed traffic", f"0 errors, 0 changed prompts, worst <= {MIXED_TARGET_MS:g} ms",
                      f"{errors} errors ({m['server_log_already_borrowed']} 'Already borrowed' in the log),"
                      f" {changed} changed / {unknown} unknown prompts or image features, worst {m['worst_ms']:,.1f} ms", met))
+    rows.append(_mm_process_row(results, arm))
     delay = (dispatch.get(arm) or {}).get("small_chat_during_5MB", "absent")
     if delay == "absent":
         rows.append(("small-chat dispatch during a 5 MB conversion", f"<= {DISPATCH_TARGET_MS:g} ms", "not measured", None))
@@ -91,3 +92,18 @@ def target_rows(results: dict, dispatch: dict, mixed: dict, arm: str, baseline: 
         rows.append(("small-chat dispatch during a 5 MB conversion", f"<= {DISPATCH_TARGET_MS:g} ms",
                      "never arrived" if delay is None else f"{delay:,.1f} ms", delay is not None and delay <= DISPATCH_TARGET_MS))
     return rows
+
+
+def _mm_process_row(results: dict, arm: str) -> tuple[str, str, str, bool | None]:
+    """Whether the arm's image requests went through the multimodal child processes."""
+    label, target = "image requests processed in child processes", "mm_process uses >= image requests, 0 fallbacks"
+    phases = ((results.get("offload") or {}).get(arm) or {}).get("phases", {})
+    sent = {name: p["image_requests"] for name, p in phases.items() if p.get("image_requests")}
+    if not sent:
+        return label, target, "not measured (no image requests scraped)", None
+    if all(phases[name].get("delta") is None for name in sent):
+        return label, target, "no offload counters", None
+    uses = sum((phases[name].get("delta") or {}).get("mm_process.uses", 0) for name in sent)
+    failures = mm_process_failures(results, arm)
+    return label, target, f"{uses:g} uses for {sum(sent.values())} image requests" + (
+        "; " + "; ".join(failures) if failures else ""), not failures

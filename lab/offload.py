@@ -5,7 +5,7 @@ session.py scrapes each server's /metrics after its warm-up and after each phase
 it and how many of its prompts were large. Here each phase becomes the counters' deltas:
 
     {"metrics_enabled": bool, "reason": str | None,
-     "phases": {"text": {"server", "requests", "large_prompts", "large_bodies",
+     "phases": {"text": {"server", "requests", "large_prompts", "large_bodies", "image_requests",
                          "counters": "present" | why absent,
                          "delta": {"tokenizer_process.uses": 2, ...} | None,
                          "queue_depth_after": {"tokenizer_process": 0, ...} | None}, ...}}
@@ -51,6 +51,7 @@ def arm_offload(session: dict) -> dict:
             "requests": int(entry["requests"]),
             "large_prompts": int(entry["large_prompts"]),
             "large_bodies": int(entry["large_bodies"]),
+            "image_requests": int(entry.get("image_requests", 0)),  # 0 in sessions from before the count
             **phase_delta(entry.get("before") or {}, entry.get("after") or {}),
         }
     return {"metrics_enabled": bool(metrics.get("enabled")), "reason": metrics.get("reason"), "phases": phases}
@@ -88,4 +89,30 @@ def offload_failures(results: dict, arm: str = "v3") -> list[str]:
         if uses < sent:
             failures.append(f"{arm} {name} phase: tokenizer_process.uses +{uses:g}, expected >= {sent}"
                             f" (the large prompts sent); fallbacks +{fallbacks:g}")
+    return failures
+
+
+def mm_process_failures(results: dict, arm: str = "v3") -> list[str]:
+    """On `arm`, every phase that sent image requests had them processed by the multimodal
+    child processes: mm_process.uses grew by at least that many and mm_process.fallbacks did
+    not grow. A server that kept its processor in-process (the pool not started) fails here.
+    A missing record is offload_failures' to report."""
+    record = (results.get("offload") or {}).get(arm) or {}
+    failures = []
+    for name, phase in record.get("phases", {}).items():
+        sent = phase.get("image_requests", 0)
+        if not sent:
+            continue
+        delta = phase.get("delta")
+        if delta is None:
+            failures.append(f"{arm} {name} phase: offload counters missing ({phase.get('counters')});"
+                            f" {sent} image requests sent")
+            continue
+        uses, fallbacks = delta.get("mm_process.uses", 0), delta.get("mm_process.fallbacks", 0)
+        if uses < sent:
+            failures.append(f"{arm} {name} phase: mm_process.uses +{uses:g}, expected >= {sent} (the image"
+                            " requests sent); the server log says why the pool did not run")
+        if fallbacks > 0:
+            failures.append(f"{arm} {name} phase: mm_process.fallbacks +{fallbacks:g}, expected 0"
+                            f" ({sent} image requests sent)")
     return failures

@@ -158,7 +158,7 @@ def offload_table(offload: dict, arms: tuple[str, ...]) -> str:
         f" /metrics; each cell is {' / '.join(e.replace('_', ' ') for e in EVENTS)}. Large prompts: over the"
         " tokenizer process threshold (256 Ki characters); large bodies: over 1 MiB.",
         "",
-        "| Arm | Phase | Requests (large prompts / large bodies) | " + " | ".join(short[p] for p in PATHS)
+        "| Arm | Phase | Requests (large prompts / large bodies / with images) | " + " | ".join(short[p] for p in PATHS)
         + " | Queue depth after |",
         "|---|---|---:|" + "---:|" * len(PATHS) + "---|",
     ]
@@ -172,7 +172,7 @@ def offload_table(offload: dict, arms: tuple[str, ...]) -> str:
             lines.append(f"| {arm} | - | - | no phase scraped ({reason}) |" + " - |" * (len(PATHS) - 1) + " - |")
             continue
         for name, phase in record["phases"].items():
-            counts = f"{phase['requests']} ({phase['large_prompts']} / {phase['large_bodies']})"
+            counts = f"{phase['requests']} ({phase['large_prompts']} / {phase['large_bodies']} / {phase['image_requests']})"
             delta = phase["delta"]
             if delta is None:
                 lines.append(f"| {arm} | {name} | {counts} | absent: {phase['counters']} |"

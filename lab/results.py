@@ -200,7 +200,8 @@ def combine(per_arm: dict[str, dict[str, ArmStats]], arms: tuple[str, ...] = ("s
 
 TOKENIZER_MANIFEST = "lab_tokenizer.json"  # model_dir.MANIFEST
 TOKENIZER_KEYS = {"name": str, "vocab_size": int, "backend_json_bytes": int}
-OFFLOAD_PHASE_KEYS = {"server", "requests", "large_prompts", "large_bodies", "counters", "delta", "queue_depth_after"}
+OFFLOAD_PHASE_KEYS = {"server", "requests", "large_prompts", "large_bodies", "image_requests", "counters", "delta",
+                      "queue_depth_after"}
 OPTIONAL_TOP = ("tokenizer", "offload")
 
 
@@ -239,7 +240,7 @@ def _validate_offload(offload: dict, arms: tuple[str, ...]) -> None:
             if set(phase) != OFFLOAD_PHASE_KEYS:
                 raise ResultsError(f"results.json: offload.{arm}.phases.{name} keys {sorted(phase)},"
                                    f" expected {sorted(OFFLOAD_PHASE_KEYS)}")
-            for key in ("requests", "large_prompts", "large_bodies"):
+            for key in ("requests", "large_prompts", "large_bodies", "image_requests"):
                 if not isinstance(phase[key], int) or isinstance(phase[key], bool):
                     raise ResultsError(f"results.json: offload.{arm}.phases.{name}.{key} = {phase[key]!r} is not int")
             if phase["delta"] is not None and not isinstance(phase["delta"], dict):

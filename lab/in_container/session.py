@@ -98,6 +98,7 @@ class Sent:
     error: str | None = None
     probe_file: str = "probes.jsonl"
     prompt_chars: int | None = None  # workload.prompt_chars of the body
+    images: int = 0  # image parts in the body
 
 
 @dataclass
@@ -136,6 +137,7 @@ def _post(port: int, req: "workload.Request", timeout_s: float) -> tuple[int, di
 def send(port: int, req: "workload.Request", timeout_s: float, kind: str = "request") -> Sent:
     record = Sent(req.name, req.path, len(req.body), hashlib.sha256(req.body).hexdigest(), kind)
     record.prompt_chars = req.prompt_chars  # cached: the callers computed it before the quiet period
+    record.images = req.images
     record.sent = time.monotonic()
     record.status, answer, record.error = _post(port, req, timeout_s)
     record.done = time.monotonic()
@@ -376,7 +378,7 @@ def send_open_loop(port: int, plan: list["mixed_plan.Planned"], timeout_s: float
     end = time.monotonic()
     records = [asdict(r) if r else {"name": plan[i].request.name, "kind": plan[i].kind, "error": "still running",
                                     "body_bytes": len(plan[i].request.body),
-                                    "prompt_chars": plan[i].request.prompt_chars}
+                                    "prompt_chars": plan[i].request.prompt_chars, "images": plan[i].request.images}
                for i, r in enumerate(results)]
     return start, end, records
 
@@ -393,12 +395,13 @@ LARGE_BODY_BYTES = 1 << 20  # v3 parses a body of more than 1 MiB in its JSON pr
 
 
 def phase_counts(records: list) -> dict:
-    """How many requests a phase sent, how many had a large prompt and a large body."""
+    """How many requests a phase sent, how many had a large prompt, a large body, images."""
     rows = [asdict(r) if isinstance(r, Sent) else r for r in records]
     return {
         "requests": len(rows),
         "large_prompts": sum(1 for r in rows if (r.get("prompt_chars") or 0) > workload.TOKENIZER_PROCESS_MIN_CHARS),
         "large_bodies": sum(1 for r in rows if (r.get("body_bytes") or 0) > LARGE_BODY_BYTES),
+        "image_requests": sum(1 for r in rows if (r.get("images") or 0) > 0),
     }
 
 

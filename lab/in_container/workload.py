@@ -35,6 +35,7 @@ class Request:
     body: bytes
     # Reads prompt_tokens out of the parsed JSON answer.
     prompt_tokens: Callable[[dict], int]
+    images: int = 0  # image parts in the body
 
     @functools.cached_property
     def prompt_chars(self) -> int:
@@ -199,7 +200,7 @@ def images_chat(name: str, seed: int, pngs: list[bytes]) -> Request:
     content += [image_part(data) for data in pngs]
     body = {"model": MODEL, "rid": name, "messages": [{"role": "user", "content": content}],
             "max_tokens": 1, "temperature": 0}
-    return Request(name, "/v1/chat/completions", _encode(body), _chat_tokens)
+    return Request(name, "/v1/chat/completions", _encode(body), _chat_tokens, images=len(pngs))
 
 
 MP9, MP48 = (3000, 3000), (8000, 6000)  # 9 and 48 megapixel source images

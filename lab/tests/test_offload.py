@@ -15,9 +15,10 @@ def _scrape(events: dict | None, depth: dict | None = None, error: str | None = 
             "offload": None if events is None else {"events": events, "queue_depth": depth or {}}}
 
 
-def _phase(name: str, before: dict, after: dict, requests: int = 2, large: int = 2, bodies: int = 2) -> dict:
+def _phase(name: str, before: dict, after: dict, requests: int = 2, large: int = 2, bodies: int = 2,
+           images: int = 0) -> dict:
     return {"phase": name, "server": "server", "requests": requests, "large_prompts": large, "large_bodies": bodies,
-            "before": before, "after": after}
+            "image_requests": images, "before": before, "after": after}
 
 
 START = {"preprocessing_lane_small.uses": 2}  # the warm-up's two small requests
@@ -153,10 +154,10 @@ def test_offload_table():
     summary = _summary(_v3_session(fallbacks=1))
     table = report.offload_table(summary["offload"], ("stock", "v3"))
     zeros = " / ".join(["0"] * 8)
-    assert "| stock | text | 2 (2 / 2) | absent: no sglang:offload_events_total on /metrics | - | - | - | - | - |" in table
-    assert f"| v3 | text | 2 (2 / 2) | 2 / 1 / 0 / 0 / 0 / 0 / 0 / 0 | 2 / 0 / 0 / 0 / 0 / 0 / 0 / 0" \
+    assert "| stock | text | 2 (2 / 2 / 0) | absent: no sglang:offload_events_total on /metrics | - | - | - | - | - |" in table
+    assert f"| v3 | text | 2 (2 / 2 / 0) | 2 / 1 / 0 / 0 / 0 / 0 / 0 / 0 | 2 / 0 / 0 / 0 / 0 / 0 / 0 / 0" \
            f" | 2 / 0 / 0 / 0 / 0 / 0 / 0 / 0 | {zeros} | {zeros} | preprocessing_lane_bulk: 0 |" in table
-    assert "| v3 | vision | 1 (0 / 1) |" in table
+    assert "| v3 | vision | 1 (0 / 1 / 0) |" in table
     assert "uses / fallbacks / deadline kills / restarts / recycles / start failures / rejected / bypassed" in table
     assert "multimodal process" in table
     assert "| upstream | - | - | not recorded |" in report.offload_table(summary["offload"], ("upstream",))
@@ -182,3 +183,23 @@ def test_tokenizer_manifests_are_loaded_from_the_models_dir(tmp_path: Path):
     (tmp_path / "models" / "text" / "lab_tokenizer.json").write_text("{")
     with pytest.raises(results.ResultsError, match="not JSON"):
         results.load_tokenizers(tmp_path / "models")
+
+
+def test_image_requests_must_go_through_the_multimodal_processes():
+    """The lab's v3 arm once kept every image in the server process (the pool refused a CPU image
+    processor) and only the py-spy attribution showed it: the counters now gate it."""
+    text_after = {**START, "tokenizer_process.uses": 2}
+    kept_here = _session(_phase("text", _scrape(START), _scrape(text_after)),
+                         _phase("vision", _scrape(text_after), _scrape(text_after), requests=2, large=0, images=2))
+    (failure,) = checks.quick_failures(_summary(kept_here))
+    assert failure.startswith("v3 vision phase: mm_process.uses +0, expected >= 2 (the image requests sent)")
+    row = checks._mm_process_row(_summary(kept_here), "v3")
+    assert row[2].startswith("0 uses for 2 image requests") and row[3] is False
+    pooled = {**text_after, "mm_process.uses": 2}
+    in_children = _session(_phase("text", _scrape(START), _scrape(text_after)),
+                           _phase("vision", _scrape(text_after), _scrape(pooled), requests=2, large=0, images=2))
+    assert checks.quick_failures(_summary(in_children)) == []
+    assert checks._mm_process_row(_summary(in_children), "v3") == (
+        "image requests processed in child processes", "mm_process uses >= image requests, 0 fallbacks",
+        "2 uses for 2 image requests", True)
+    assert checks._mm_process_row(_summary(in_children), "stock")[3] is None  # stock has no counters

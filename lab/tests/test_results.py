@@ -122,7 +122,7 @@ def test_a_failed_request_is_an_error(tmp_path: Path):
 # v3's counters when both large prompts went through the tokenizer child (lab/tests/test_offload.py
 # has the offload part's failures).
 V3_OFFLOAD = {"metrics_enabled": True, "reason": None, "phases": {"text": {
-    "server": "server", "requests": 2, "large_prompts": 2, "large_bodies": 2, "counters": "present",
+    "server": "server", "requests": 2, "large_prompts": 2, "large_bodies": 2, "image_requests": 0, "counters": "present",
     "delta": {"tokenizer_process.uses": 2, "tokenizer_process.fallbacks": 0}, "queue_depth_after": {}}}}
 
 

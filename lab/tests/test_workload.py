@@ -117,4 +117,7 @@ def test_large_prompts_per_phase():
     records = [session.Sent(r.name, r.path, len(r.body), "x", prompt_chars=r.prompt_chars)
                for r in (big, small)]
     records.append({"name": "late", "error": "still running", "body_bytes": 2_000_000, "prompt_chars": 1_999_000})
-    assert session.phase_counts(records) == {"requests": 3, "large_prompts": 2, "large_bodies": 1}
+    images = workload.images_chat("i", 9, [workload.png(8, 8, 1), workload.png(8, 8, 2)])
+    assert images.images == 2
+    records.append(session.Sent(images.name, images.path, len(images.body), "x", images=images.images))
+    assert session.phase_counts(records) == {"requests": 4, "large_prompts": 2, "large_bodies": 1, "image_requests": 1}

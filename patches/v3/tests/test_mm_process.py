@@ -426,3 +426,30 @@ def test_a_full_pool_is_a_503_from_the_tokenizer_manager(mm_dispatching, pool):
         for item in got.mm_items:
             item.feature.close_and_unlink()
     assert _segments() == []
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_the_server_starts_the_pool_for_an_image_processor_on_the_cpu(
+        glm_vision, make_tokenizer_manager, glm_tokenizer, monkeypatch, caplog):
+    """What TokenizerManager.__init__ runs for a multimodal model on a CPU host with the PIL
+    backend: the pool starts. (An earlier v3 took the fast image processor's device, "cpu"
+    here, for a GPU and kept every image in the server process: the lab's v3 arm decoded its
+    images on the server's threads while every test above, which builds its pool directly,
+    passed.)"""
+    import logging
+
+    monkeypatch.setenv("SGLANG_MM_PROCESSES", "1")
+    caplog.set_level(logging.INFO)
+    tm = make_tokenizer_manager(glm_tokenizer)
+    tm.mm_processor = glm_vision.processor
+    tm.server_args = glm_vision.server_args
+    tm.model_config.hf_config = glm_vision.hf_config
+    pool = tm._start_mm_process_pool(glm_vision.hf_processor, glm_vision.transport)
+    try:
+        assert pool is not None, f"the pool did not start: {caplog.text[-500:]}"
+        assert pool.workers == 1
+        assert "runs in 1 child process" in caplog.text
+    finally:
+        if pool is not None:
+            pool.close()
