@@ -214,8 +214,37 @@ class Job:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def serve(server: str, instance: str, scratch_root: Path, images: executor.ImageSet, stop: list[bool]) -> None:
-    channel = grpc.insecure_channel(server, options=[("grpc.max_receive_message_length", 64 << 20)])
+class _Header(grpc.AuthMetadataPlugin):
+    """Adds the credential header to every call (gRPC sends call credentials over TLS only)."""
+
+    def __init__(self, name: str, value: str) -> None:
+        self.metadata = ((name.lower(), value),)
+
+    def __call__(self, context, callback) -> None:
+        callback(self.metadata, None)
+
+
+def open_channel(server: str, tls: tuple[Path, Path, Path] | None, header_file: Path | None) -> grpc.Channel:
+    """Plain gRPC, or TLS with a client certificate (CA, cert, key) and optionally a header."""
+    options = [("grpc.max_receive_message_length", 64 << 20)]
+    if tls is None:
+        if header_file:
+            raise SystemExit("bot: --header-file needs TLS (--tls-ca, --tls-cert, --tls-key): a credential is not sent in clear")
+        return grpc.insecure_channel(server, options=options)
+    ca, cert, key = tls
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=ca.read_bytes(), private_key=key.read_bytes(), certificate_chain=cert.read_bytes())
+    if header_file:
+        # NAME=VALUE in a file, not on the command line, which any local user can read in ps.
+        name, sep, value = header_file.read_text().strip().partition("=")
+        if not sep or not name or not value:
+            raise SystemExit(f"bot: {header_file} must hold one NAME=VALUE line (the credential header)")
+        credentials = grpc.composite_channel_credentials(credentials, grpc.metadata_call_credentials(_Header(name, value)))
+    return grpc.secure_channel(server, credentials, options=options)
+
+
+def serve(channel: grpc.Channel, server: str, instance: str, scratch_root: Path, images: executor.ImageSet,
+          stop: list[bool]) -> None:
     bots = bots_pb2_grpc.BotsStub(channel)
     cas = Cas(channel, instance, scratch_root / "blob-cache")
     worker = worker_pb2.Worker()
@@ -269,6 +298,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("server", help="HOST:PORT of BuildGrid's Bots service, e.g. 127.0.0.1:50052")
     parser.add_argument("--instance", default="")
+    parser.add_argument("--tls-ca", type=Path, help="CA of the server's certificate (with --tls-cert/--tls-key: mTLS)")
+    parser.add_argument("--tls-cert", type=Path, help="client certificate (PEM)")
+    parser.add_argument("--tls-key", type=Path, help="client key (PEM)")
+    parser.add_argument("--header-file", type=Path, help="a file holding NAME=VALUE, sent as a header on every call")
     parser.add_argument("--scratch", type=Path, default=Path(tempfile.gettempdir()))
     parser.add_argument("--image-files", type=Path, action="append", required=True,
                         help="image_files JSON of an execution image (tools/podman); repeatable")
@@ -276,6 +309,9 @@ def main() -> None:
     parser.add_argument("--rootfs-cache", type=Path, default=default_cache_root() / "rootfs",
                         help="unpacked layer chains (shared with tools/podman's bubblewrap backend)")
     args = parser.parse_args()
+    tls_args = (args.tls_ca, args.tls_cert, args.tls_key)
+    if any(tls_args) and not all(tls_args):
+        parser.error("--tls-ca, --tls-cert and --tls-key go together")
     if bwrap_backend.unavailable_reason():
         parser.error(bwrap_backend.unavailable_reason())
     images = executor.ImageSet([executor.load_image_files(f, args.runfiles) for f in args.image_files], args.rootfs_cache)
@@ -283,7 +319,8 @@ def main() -> None:
         print(f"bot: execution image {digest}", flush=True)
     stop = [False]
     signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__(0, True))
-    serve(args.server, args.instance, args.scratch, images, stop)
+    channel = open_channel(args.server, tls_args if all(tls_args) else None, args.header_file)
+    serve(channel, args.server, args.instance, args.scratch, images, stop)
 
 
 if __name__ == "__main__":

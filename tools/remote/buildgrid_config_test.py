@@ -1,10 +1,11 @@
 """The BuildGrid configurations wire the services each mode needs."""
 
+import re
 from pathlib import Path
 
 from ruamel.yaml import YAML
 
-from tools.remote.buildgrid_config import ServerConfig
+from tools.remote.buildgrid_config import ServerConfig, ServerTls, actor_acl
 
 
 class _Tagged(dict):
@@ -34,3 +35,21 @@ def test_exec_mode_adds_scheduler_with_keepalive_and_container_image_wildcard() 
     assert scheduler["bot-session-keepalive-timeout"] == 30
     assert scheduler["property-set"]["wildcard-property-keys"] == ["container-image"]
     assert config["connections"][0]["connection-string"].startswith("postgresql+psycopg2://")
+
+
+def test_tls_mode_requires_a_client_certificate_and_the_header_acl() -> None:
+    tls = ServerTls(cert=Path("/t/server.crt"), key=Path("/t/server.key"), client_ca=Path("/t/ca.crt"))
+    config = _load(ServerConfig(port=1, storage_dir=Path("/tmp/cas"), tls=tls, acl_config=Path("/t/acl.yml"), instance="i").render())
+    channel = config["server"][0]
+    assert channel["insecure-mode"] is False
+    # tls-client-certs set: BuildGrid's server passes require_client_auth=True to gRPC.
+    assert channel["credentials"] == {"tls-server-key": "/t/server.key", "tls-server-cert": "/t/server.crt",
+                                      "tls-client-certs": "/t/ca.crt"}
+    assert config["authorization"] == {"method": "headers", "acl-config": "/t/acl.yml"}
+    assert config["instances"][0]["name"] == "i"
+
+
+def test_the_actor_acl_allows_exactly_the_token() -> None:
+    acl = YAML(typ="safe").load(actor_acl("i", "abc123"))
+    pattern = acl["i"]["allow"][0]["actor"]
+    assert re.fullmatch(pattern, "abc123") and not re.match(pattern, "abc1234") and not re.match(pattern, "xabc123")

@@ -1,13 +1,18 @@
 """Remote cache and remote execution conformance against a real REAPI server (BuildGrid).
 
-    ./tools/bazel run //tools/remote:conformance -- [--mode cache|exec] [--targets ...]
+    ./tools/bazel run //tools/remote:conformance -- [--mode cache|exec] [--tls] [--targets ...]
 
 Starts BuildGrid 0.4.4 (hash-locked from PyPI) on 127.0.0.1 as CAS and action cache, and in
 `exec` mode also PostgreSQL (its scheduler database) and tools/remote/bot.py as the worker, which
 runs every action inside //tools/remote:exec_image (the platform's pinned container-image) with
-bubblewrap. Then runs `bazel test` on a representative subset twice, each time from a fresh
+bubblewrap. With --tls the server speaks TLS only, requires a client certificate from a
+throwaway CA made for the run and a credential header, and Bazel reads all of it (endpoint,
+instance name, CA, client certificate and key, header) from tools/remote/remote.bazelrc.template
+filled in for the run, as a user's rc file; the bot connects the same way. Then runs `bazel test` on a representative subset twice, each time from a fresh
 output base, and asserts the second run was served from the remote cache; in `exec` mode also
-that every action the bot ran ran in the pinned image. Every process it starts, it stops by
+that every action the bot ran ran in the pinned image; with --tls, last, that a client
+certificate from another CA and a wrong header are refused, each named by
+tools/remote/diagnose.py. Every process it starts, it stops by
 process group; its scratch directory is removed at the end.
 """
 
@@ -18,6 +23,7 @@ import contextlib
 import hashlib
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -27,7 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tools.remote.buildgrid_config import ServerConfig
+from tools.remote import certs, diagnose, rcfile
+from tools.remote.buildgrid_config import ACTOR_HEADER, ServerConfig, ServerTls, actor_acl
 
 # Every test that may run remotely (no-remote and, in exec mode, no-remote-exec ones are filtered
 # out), plus the v3 patch
@@ -61,6 +68,9 @@ DEFAULT_TARGETS = (
     "//lab:unit_test",
 )
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
+TLS_INSTANCE = "glm53-conformance"
+# Built by the refusal checks: they fail at Bazel's first call to the server, before any action.
+PROBE_TARGET = "//tools/remote:remote_lib"
 
 
 class ConformanceError(Exception):
@@ -148,14 +158,95 @@ def start_postgres(procs: Processes, scratch: Path) -> str:
     return f"postgresql+psycopg2://bgd@127.0.0.1:{port}/bgd"
 
 
-def bazel_test(workspace: Path, output_base: Path, flags: list[str], targets: list[str], log: Path) -> str:
-    argv = [str(workspace / "tools" / "bazel"), f"--output_base={output_base}", "test", "--keep_going", *flags, *targets]
-    proc = subprocess.run(argv, cwd=workspace, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+class ServerLog:
+    """The server's log from a mark on: what it said about the connections of one Bazel run."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def mark(self) -> None:
+        self.offset = self.path.stat().st_size if self.path.exists() else 0
+
+    def since_mark(self) -> str:
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            return f.read().decode(errors="replace")
+
+
+def run_bazel(workspace: Path, output_base: Path, startup: list[str], command: list[str], log: Path) -> subprocess.CompletedProcess:
+    bazel = [str(workspace / "tools" / "bazel"), f"--output_base={output_base}", *startup]
+    proc = subprocess.run(bazel + command, cwd=workspace, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log.write_text(proc.stdout)
-    subprocess.run([str(workspace / "tools" / "bazel"), f"--output_base={output_base}", "shutdown"], cwd=workspace, capture_output=True)
+    subprocess.run(bazel + ["shutdown"], cwd=workspace, capture_output=True)
+    return proc
+
+
+def diagnosis(proc: subprocess.CompletedProcess, output_base: Path, server_log: ServerLog) -> diagnose.Diagnosis | None:
+    """What refused the connection: Bazel's output, its java.log (a crash prints nothing) and the server's log."""
+    java_log = output_base / "java.log"
+    return diagnose.explain(proc.stdout, java_log.read_text(errors="replace") if java_log.exists() else "", server_log.since_mark())
+
+
+def bazel_test(workspace: Path, output_base: Path, startup: list[str], flags: list[str], targets: list[str], log: Path,
+               server_log: ServerLog) -> str:
+    server_log.mark()
+    proc = run_bazel(workspace, output_base, startup, ["test", "--keep_going", *flags, *targets], log)
     if proc.returncode != 0:
-        raise ConformanceError(f"bazel test failed ({proc.returncode}); last lines:\n" + "\n".join(proc.stdout.splitlines()[-25:]))
+        found = diagnosis(proc, output_base, server_log)
+        cause = f"Bazel could not use the remote server: {found.message}\n" if found else ""
+        raise ConformanceError(f"bazel test failed ({proc.returncode}); {cause}last lines:\n" + "\n".join(proc.stdout.splitlines()[-25:]))
     return proc.stdout
+
+
+def write_private(path: Path, text: str) -> Path:
+    """Created 0600 before anything is written: keys, the header and rc files holding it."""
+    path.touch(mode=0o600)
+    path.write_text(text)
+    return path
+
+
+class TlsSetup:
+    """The run's CA, certificates, header and the rc files made from the committed template."""
+
+    def __init__(self, scratch: Path, template: Path, port: int) -> None:
+        self.files = certs.generate(scratch / "tls")
+        self.scratch = scratch
+        self.template = template
+        self.port = port
+        self.token = secrets.token_hex(16)  # the header credential; never printed
+        self.acl = write_private(scratch / "tls" / "acl.yml", actor_acl(TLS_INSTANCE, self.token))
+        self.header_file = write_private(scratch / "tls" / "header", f"{ACTOR_HEADER}={self.token}\n")
+
+    def server(self) -> ServerTls:
+        return ServerTls(cert=self.files.server.cert, key=self.files.server.key, client_ca=self.files.ca)
+
+    def rc(self, name: str, client: certs.Issued, token: str) -> Path:
+        endpoint = f"127.0.0.1:{self.port}"
+        text = rcfile.render(self.template.read_text(), {
+            "CACHE_ENDPOINT": endpoint, "EXEC_ENDPOINT": endpoint, "INSTANCE_NAME": TLS_INSTANCE,
+            "CA_CERT": str(self.files.ca), "CLIENT_CERT": str(client.cert), "CLIENT_KEY": str(client.key),
+            "HEADER_NAME": ACTOR_HEADER, "HEADER_VALUE": token, "JOBS": "8", "TIMEOUT": "120",
+        }, source=str(self.template))
+        return write_private(self.scratch / name, text)
+
+    def bot_args(self) -> list[str]:
+        return ["--instance", TLS_INSTANCE, "--tls-ca", str(self.files.ca), "--tls-cert", str(self.files.client.cert),
+                "--tls-key", str(self.files.client.key), "--header-file", str(self.header_file)]
+
+
+def check_refused(workspace: Path, output_base: Path, rc: Path, config: str, expected: str, log: Path,
+                  server_log: ServerLog) -> str:
+    """A Bazel run with rc's credentials must fail, and diagnose must name `expected` as the cause."""
+    server_log.mark()
+    proc = run_bazel(workspace, output_base, [f"--bazelrc={rc}"], ["build", f"--config={config}", PROBE_TARGET], log)
+    if proc.returncode == 0:
+        raise ConformanceError(f"the server accepted the connection of {rc.name} ({expected} expected); see {log}")
+    found = diagnosis(proc, output_base, server_log)
+    if found is None or found.cause != expected:
+        raise ConformanceError(f"{rc.name}: expected the cause {expected!r}, found "
+                               f"{found.cause + ': ' + found.message if found else 'no known cause'}; see {log}")
+    return found.message
 
 
 def check_bot_images(bot_log: str, pinned: str) -> int:
@@ -185,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", choices=("cache", "exec"), default="exec")
     parser.add_argument("--targets", nargs="+", default=list(DEFAULT_TARGETS))
+    parser.add_argument("--tls", action="store_true",
+                        help="TLS with a client certificate and a header, from the rc template; then check refusals")
     parser.add_argument("--keep", action="store_true", help="keep the scratch dir (logs) for debugging")
     args = parser.parse_args(argv)
     # A SIGTERM must still run the clean-up below (children live in their own process groups).
@@ -203,29 +296,40 @@ def main(argv: list[str] | None = None) -> int:
         if postgres_url:
             subprocess.run([sys.executable, "-c", "from buildgrid.server.app import cli; cli()", "migrate", "apply", postgres_url],
                            env=env, check=True, stdout=subprocess.DEVNULL)
+        tls = TlsSetup(scratch, runfiles / "tools" / "remote" / "remote.bazelrc.template", port) if args.tls else None
         config = scratch / "bgd.yml"
-        config.write_text(ServerConfig(port=port, storage_dir=scratch / "cas", postgres_url=postgres_url).render())
+        config.write_text(ServerConfig(
+            port=port, storage_dir=scratch / "cas", postgres_url=postgres_url,
+            tls=tls.server() if tls else None, acl_config=tls.acl if tls else None,
+            instance=TLS_INSTANCE if tls else "",
+        ).render())
         server = procs.start("buildgrid", [sys.executable, "-c", "from buildgrid.server.app import cli; cli()", "server", "start", str(config)],
                              scratch / "buildgrid.log", env=env)
+        server_log = ServerLog(scratch / "buildgrid.log")
         wait_for_port(port, server, "BuildGrid")
-        endpoint = f"grpc://127.0.0.1:{port}"
+        endpoint = f"{'grpcs' if tls else 'grpc'}://127.0.0.1:{port}"
         # A no-remote test runs locally and is never cached remotely: the second run would rerun it.
         # A no-remote-exec test (host tools the execution image lacks) is cached but runs locally;
         # the integration ones (containers, a nested Bazel: minutes each) are left out as well.
         # The shared repository cache only spares re-downloads of external repositories; a disk
         # cache would serve actions the executor is meant to run.
         repository_cache = f"--repository_cache={Path.home() / '.cache' / 'glm53-engine' / 'repository-cache'}"
-        flags = ["--config=remote-cache", f"--remote_cache={endpoint}", "--test_tag_filters=-no-remote,-integration", repository_cache]
+        config_group = "remote" if args.mode == "exec" else "remote-cache"
+        # With TLS, everything about the server comes from the filled-in template, as for a user.
+        startup = [f"--bazelrc={tls.rc('remote.bazelrc', tls.files.client, tls.token)}"] if tls else []
+        endpoint_flags = [] if tls else (
+            [f"--remote_executor={endpoint}"] if args.mode == "exec" else [f"--remote_cache={endpoint}"])
+        flags = [f"--config={config_group}", *endpoint_flags, "--test_tag_filters=-no-remote,-integration", repository_cache]
         if args.mode == "exec":
             bot_env = {**env, "PYTHONPATH": f"{site}:{workspace}"}
             procs.start("bot", [sys.executable, "-m", "tools.remote.bot", f"127.0.0.1:{port}", "--scratch", str(scratch),
                                 "--image-files", str(runfiles / "tools" / "remote" / "exec_image_files.json"),
-                                "--runfiles", str(runfiles)],
+                                "--runfiles", str(runfiles), *(tls.bot_args() if tls else [])],
                         scratch / "bot.log", env=bot_env, cwd=workspace)
-            flags = ["--config=remote", f"--remote_executor={endpoint}", "--test_tag_filters=-no-remote,-no-remote-exec,-integration", repository_cache]
-        first = bazel_test(workspace, scratch / "ob1", flags, args.targets, scratch / "run1.log")
+            flags = [f"--config={config_group}", *endpoint_flags, "--test_tag_filters=-no-remote,-no-remote-exec,-integration", repository_cache]
+        first = bazel_test(workspace, scratch / "ob1", startup, flags, args.targets, scratch / "run1.log", server_log)
         remote_actions = re.search(r"(\d+) remote[,.]", first)
-        second = bazel_test(workspace, scratch / "ob2", flags, args.targets, scratch / "run2.log")
+        second = bazel_test(workspace, scratch / "ob2", startup, flags, args.targets, scratch / "run2.log", server_log)
         tests, hits = check_second_run_cached(second)
         in_image = ""
         if args.mode == "exec":
@@ -234,9 +338,19 @@ def main(argv: list[str] | None = None) -> int:
             pinned = (runfiles / "tools" / "remote" / "exec_image.digest").read_text().strip()
             ran = check_bot_images((scratch / "bot.log").read_text(), pinned)
             in_image = f" (the bot ran {ran} actions, all in the execution image {pinned})"
-        print(f"conformance ({args.mode}) against BuildGrid at {endpoint}: first run "
+        refusals = ""
+        if tls:
+            wrong_cert = check_refused(workspace, scratch / "ob2", tls.rc("wrong-cert.bazelrc", tls.files.wrong_client, tls.token),
+                                       config_group, "client-cert-refused", scratch / "wrong-cert.log", server_log)
+            wrong_header = check_refused(workspace, scratch / "ob2", tls.rc("wrong-header.bazelrc", tls.files.client, secrets.token_hex(16)),
+                                         config_group, "credential-refused", scratch / "wrong-header.log", server_log)
+            print(f"conformance: a client certificate from another CA was refused: {wrong_cert}")
+            print(f"conformance: a wrong credential header was refused: {wrong_header}")
+            refusals = "; a client certificate from another CA and a wrong header were refused"
+        transport = f"TLS, client certificate and header, instance {TLS_INSTANCE!r}" if tls else "plain gRPC"
+        print(f"conformance ({args.mode}, {transport}) against BuildGrid at {endpoint}: first run "
               f"{remote_actions.group(1) if remote_actions else 0} remotely executed actions{in_image}; second run from "
-              f"a clean output base: {tests} tests all (cached), {hits} remote cache hits; {time.monotonic() - started:.1f} s")
+              f"a clean output base: {tests} tests all (cached), {hits} remote cache hits{refusals}; {time.monotonic() - started:.1f} s")
         return 0
     except (ConformanceError, subprocess.CalledProcessError) as err:
         print(f"conformance: FAILED: {err} (logs in {scratch})", file=sys.stderr)
