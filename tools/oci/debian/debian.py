@@ -1,7 +1,7 @@
 """Debian packages as locked inputs: the lock format, Packages indexes, .deb reading.
 
 A lock is one package set from named archives (a list of mirrors each): `name version sha256
-archive pool-path` per .deb. The repository rule (tools/oci/private/debian_repository.bzl)
+archive pool-path` per .deb. The repository rule (tools/oci/debian/private/debian_repository.bzl)
 downloads every locked .deb from `<mirror>/<pool-path>` with its sha256, so Bazel's repository
 cache serves them; when a locked version left every mirror it calls `resolve` below, which
 takes the current version of that package from the archive's Packages indexes and writes a
