@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import io
 import json
 import lzma
@@ -292,14 +291,6 @@ def resolve(lock: Lock, missing: set[str], indexes: dict[str, list[Path]]) -> tu
 
 
 # ---- .deb files (ar archive: debian-binary, control.tar.*, data.tar.*) --------------------------
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
 
 def ar_members(path: Path) -> dict[str, bytes]:
     """The members of an ar archive (a .deb is one), by name."""

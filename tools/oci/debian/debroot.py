@@ -28,7 +28,7 @@ if __package__ in (None, ""):
 
 from tools.oci import ocitar  # noqa: E402
 from tools.oci.debian.debian import (Apt, Archive, Deb, DebianError, Lock, Pin, pins_from_indexes,  # noqa: E402
-                                     relock_command, sha256_file, unpack)
+                                     relock_command, unpack)
 from tools.oci.ocilayout import LayerDescriptor, write_canonical  # noqa: E402
 from tools.oci.python import pycompile  # noqa: E402
 
@@ -66,7 +66,7 @@ def find_debs(lock: Lock, deb_files: list[Path]) -> dict[Pin, Path]:
         if path is None:
             raise DebianError(f"no {pin.filename} ({pin.name} {pin.version}) among the inputs; the lock's repository rule "
                               "downloads it: pass its `debs` target")
-        digest = sha256_file(path)
+        digest = ocitar.hash_file(path).sha256
         if digest != pin.sha256:
             raise DebianError(f"{path}: sha256 {digest}, the lock says {pin.sha256}")
         out[pin] = path
