@@ -16,7 +16,7 @@ import shutil
 import sys
 from typing import Iterable
 
-from validators import cli, nginx_conf, nginx_test
+from validators import cli, nginx_conf, nginx_prefix
 from validators.compose_doc import ComposeFile, Finding
 from validators.topology import (EmbeddedNginx, inference_proxies, nginx_configs, proxied_hosts,
                                  upstream_hosts)
@@ -66,8 +66,8 @@ def check(compose: ComposeFile, args: argparse.Namespace) -> list[Finding]:
     items = nginx_configs(compose)
     findings = static_findings(compose, items)
     if args.nginx_bin:
-        for group in nginx_test.group_by_service(items):
-            for error in nginx_test.run_nginx_t(group, args.nginx_bin, args.openssl_bin):
+        for group in nginx_prefix.group_by_service(items):
+            for error in nginx_prefix.run_nginx_t(group, args.nginx_bin, args.openssl_bin):
                 findings.append(compose.finding(error.where, f"nginx -t: {error.message}"))
     return findings
 

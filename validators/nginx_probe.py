@@ -2,7 +2,7 @@
 
 `location = /metrics` answers /metrics itself but lets /metrics/, /metrics/x, /metricsz and
 /v1/metrics/ through to the proxy, so the rule is judged by nginx, not by reading the config:
-the nginx service's configs are placed as in the container (nginx_test.build_prefix), every
+the nginx service's configs are placed as in the container (nginx_prefix.build_prefix), every
 upstream service name is mapped to its own loopback address where a stub HTTP server records
 what reaches it, every `listen` binds 127.0.0.1, and nginx runs for real in a private network
 namespace (loopback brought up with an ioctl). Each public listener (a port the default-started nginx service publishes) gets the
@@ -32,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from validators import nginx_conf, nginx_test
+from validators import nginx_conf, nginx_prefix
 from validators.compose_doc import Finding
 from validators.model import Model
 from validators.topology import (EmbeddedNginx, is_nginx_service, listen_ports, nginx_configs,
@@ -83,14 +83,14 @@ def _hosts_and_ports(model: Model, items: list[EmbeddedNginx]) -> tuple[dict[str
     ports = {80}
     unknown = 0
     for item in items:
-        pass_vars = nginx_test.pass_variables(item.directives)
+        pass_vars = nginx_prefix.pass_variables(item.directives)
         for d in nginx_conf.walk(item.directives):
-            if d.name in nginx_test.UPSTREAM_PASSES or (d.name == "server" and d.block is None):
+            if d.name in nginx_prefix.UPSTREAM_PASSES or (d.name == "server" and d.block is None):
                 ports |= {int(p) for p in re.findall(r":(\d+)", " ".join(d.values))}
             candidates = []
             if d.name == "set" and len(d.args) >= 2 and d.args[0].text.lstrip("$") in pass_vars:
                 candidates.append(d.args[1].text)
-            if d.name in nginx_test.UPSTREAM_PASSES and d.args:
+            if d.name in nginx_prefix.UPSTREAM_PASSES and d.args:
                 candidates.append(url_host(d.args[0].text))
             for name in candidates:
                 if (re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]*", name) and name not in hosts
@@ -144,10 +144,10 @@ class ProbeError(Exception):
 
 def _run(items: list[EmbeddedNginx], listeners: list[Listener], upstreams: list[Upstream],
          hosts: dict[str, str], nginx_bin: str, openssl_bin: str) -> list[dict[str, Any]]:
-    with tempfile.TemporaryDirectory(prefix="nginx-probe-", dir=nginx_test._scratch_root()) as tmp:
+    with tempfile.TemporaryDirectory(prefix="nginx-probe-", dir=nginx_prefix._scratch_root()) as tmp:
         prefix = Path(tmp) / "prefix"
         prefix.mkdir()
-        nginx_test.build_prefix(items, prefix, nginx_bin, openssl_bin, hosts=hosts,
+        nginx_prefix.build_prefix(items, prefix, nginx_bin, openssl_bin, hosts=hosts,
                                 listen_host="127.0.0.1")
         for path in [prefix, *prefix.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)

@@ -10,7 +10,7 @@ from typing import Mapping
 
 from ruamel.yaml import YAML
 
-from compose import deployable
+from pins import deployable
 from pins import table as pin_table
 
 from . import compose, tables

@@ -6,7 +6,8 @@ Built on the generic rules of //tools/oci:defs.bzl; see tools/engine/README.md.
 """
 
 load("//tools/engine/private:engine.bzl", _RECIPES_DIR = "RECIPES_DIR", _engine_patch_layer = "engine_patch_layer", _engine_structure_test = "engine_structure_test", _recipe_dir = "recipe_dir", _recipe_fingerprint = "recipe_fingerprint")
-load("//tools/oci:defs.bzl", "oci_image", "oci_layout", "oci_load", "oci_validate_test", "oci_view", "output_file")
+load("//tools/oci:defs.bzl", "oci_image", "oci_layout", "oci_validate_test", "oci_view", "output_file")
+load("//tools/podman:defs.bzl", "oci_load")
 
 RECIPES_DIR = _RECIPES_DIR
 recipe_dir = _recipe_dir

@@ -4,7 +4,7 @@
 
 For every .py under DIR (a patch_chain's `patched`: sglang/...), OUT gets
 sglang/.../__pycache__/<name>.cpython-311.pyc: unchecked-hash, compiled for the image path
-<site>/sglang/... (tools/oci/pycompile.py's Compiler, with the python3 running this program).
+<site>/sglang/... (tools/oci/python/pycompile.py's Compiler, with the python3 running this program).
 A separate action from the layer's, keyed only on the patched files and `site`: an edit that
 leaves the patched bytes alone (a patch's description, a declaration field) reuses these.
 """
@@ -18,7 +18,8 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.oci import ocitar, pycompile  # noqa: E402
+from tools.oci import ocitar  # noqa: E402
+from tools.oci.python import pycompile  # noqa: E402
 
 # The tag of the interpreter the images run (Debian 12's python3.11); the layer's whiteouts
 # for deleted files' bytecode use it too.

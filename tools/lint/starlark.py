@@ -4,7 +4,9 @@
     starlark.py check --repo-file @starlark_files/tools_bazel   # the lint test (tree/**.lint beside it)
 
 `check` fails on a file buildifier would reformat, naming it and the fix, and when the
-buildifier on PATH is not the version tools/bazel pins (and installs).
+buildifier on PATH is not the version tools/bazel pins (and installs). It also holds the load
+rule Bazel 4 cannot state (no load visibility): a `private/` .bzl is loaded only from its own
+area (the directory above `private/`), and //tools/oci:internal.bzl only from under tools/.
 """
 
 from __future__ import annotations
@@ -44,6 +46,31 @@ def tree_files(root: Path) -> list[str]:
     return sorted(found)
 
 
+LOAD = re.compile(r'^load\(\s*"//([^:"]*):([^"]+)"', re.M)
+
+# Helpers of the OCI rules for the rules under //tools (tools/oci/internal.bzl).
+INTERNAL = {("tools/oci", "internal.bzl"): "tools/"}
+
+
+def load_violations(files: dict[str, str]) -> list[str]:
+    """files: repository path -> text. One line per load that breaks the rule (with the fix)."""
+    out = []
+    for path, text in sorted(files.items()):
+        for package, name in LOAD.findall(text):
+            label = f"//{package}:{name}"
+            where = f"{package}/{name}"
+            if "/private/" in f"/{where}":
+                area = f"/{where}".split("/private/")[0].lstrip("/")
+                if not path.startswith(area + "/"):
+                    out.append(f"{path}: loads {label}, the private implementation of {area or '//'}; "
+                               f"load {area}'s public defs.bzl (or its internal.bzl from under tools/) instead")
+            prefix = INTERNAL.get((package, name))
+            if prefix is not None and not path.startswith(prefix):
+                out.append(f"{path}: loads {label}, which is for the rules under //tools; "
+                           f"BUILD files load //{package}:defs.bzl")
+    return out
+
+
 def pinned_version(tools_bazel: Path) -> str:
     m = re.search(r"^readonly BUILDIFIER_VERSION=(\S+)$", tools_bazel.read_text(), re.M)
     if not m:
@@ -67,6 +94,11 @@ def check(repo: Path) -> int:
     files = sorted(str(f.relative_to(tree))[:-len(".lint")] for f in tree.rglob("*.lint"))
     if not files:
         print(f"FAIL: no Starlark files under {tree}")
+        return 1
+    broken = load_violations({f: (tree / (f + ".lint")).read_text() for f in files})
+    if broken:
+        print("\n".join(broken))
+        print(f"FAIL: {len(broken)} load(s) break the defs.bzl / private/ rule (see above)")
         return 1
     unformatted = []
     for kind in ("build", "bzl", "workspace"):

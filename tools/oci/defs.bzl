@@ -2,41 +2,28 @@
 
     load("//tools/oci:defs.bzl", "oci_image", "oci_layer", "oci_layout", "oci_view", ...)
 
+The layer producers are sub-packages: //tools/oci/debian:defs.bzl (debian_rootfs_layer,
+debian_lock), //tools/oci/python:defs.bzl (python_wheels_layer); `.load` is
+//tools/podman:defs.bzl's oci_load. Helpers for other areas' rules: internal.bzl.
+
 Images are small layouts (manifest + config + embedded blobs) whose big layer blobs stay the
 outputs of the layer targets, so an image action never copies or re-hashes its base. Generic:
 what is specific to the engine images lives in //tools/engine:defs.bzl.
 """
 
 load("//tools/oci/private:image.bzl", _oci_image_rule = "oci_image_rule", _oci_layout = "oci_layout")
-load("//tools/oci/private:launcher.bzl", _image_runfiles_args = "image_runfiles_args", _require_blobs = "require_blobs", _shell_quote = "shell_quote", _write_launcher = "write_launcher")
-load("//tools/oci/private:layers.bzl", _debian_rootfs_layer = "debian_rootfs_layer", _oci_layer = "oci_layer", _python_wheels_layer = "python_wheels_layer")
-load("//tools/oci/private:providers.bzl", _LockModeInfo = "LockModeInfo", _OciImageInfo = "OciImageInfo", _OciLayerInfo = "OciLayerInfo", _layer_args = "layer_args", _layer_blobs = "layer_blobs")
-load("//tools/oci/private:run.bzl", _oci_load = "oci_load", _oci_validate_test = "oci_validate_test", _oci_view = "oci_view")
-load("//tools/oci/private:settings.bzl", _lock_mode_flag = "lock_mode_flag")
-load("//tools/oci/private:structure.bzl", _STRUCTURE_TEST_ATTRS = "STRUCTURE_TEST_ATTRS", _oci_structure_test = "oci_structure_test", _structure_test_args = "structure_test_args")
+load("//tools/oci/private:layers.bzl", _oci_layer = "oci_layer")
+load("//tools/oci/private:providers.bzl", _OciImageInfo = "OciImageInfo", _OciLayerInfo = "OciLayerInfo")
+load("//tools/oci/private:run.bzl", _oci_validate_test = "oci_validate_test", _oci_view = "oci_view")
+load("//tools/oci/private:structure.bzl", _oci_structure_test = "oci_structure_test")
 
 OciImageInfo = _OciImageInfo
 OciLayerInfo = _OciLayerInfo
-LockModeInfo = _LockModeInfo
-layer_args = _layer_args
-layer_blobs = _layer_blobs
 oci_layer = _oci_layer
 oci_layout = _oci_layout
 oci_structure_test = _oci_structure_test
-debian_rootfs_layer = _debian_rootfs_layer
-python_wheels_layer = _python_wheels_layer
-lock_mode_flag = _lock_mode_flag
 oci_view = _oci_view
-oci_load = _oci_load
 oci_validate_test = _oci_validate_test
-
-# For rules of other areas: launchers (bazel run / test scripts) and structure-test extensions.
-shell_quote = _shell_quote
-write_launcher = _write_launcher
-image_runfiles_args = _image_runfiles_args
-require_blobs = _require_blobs
-STRUCTURE_TEST_ATTRS = _STRUCTURE_TEST_ATTRS
-structure_test_args = _structure_test_args
 
 def oci_image(name, base = None, tars = [], env = {}, entrypoint = None, cmd = None, labels = {}, annotations = {}, user = None, workdir = None, exposed_ports = [], **kwargs):
     """An OCI image: base (or scratch) + tars, like rules_oci's oci_image.
@@ -49,7 +36,7 @@ def oci_image(name, base = None, tars = [], env = {}, entrypoint = None, cmd = N
     Args:
       name: target name (also the index.json ref name unless ref_name is given).
       base: an oci_image (or anything providing OciImageInfo).
-      tars: layer targets (oci_layer, debian_rootfs_layer, ...) or uncompressed .tar files.
+      tars: layer targets (oci_layer, debian_rootfs_layer, python_wheels_layer, ...) or uncompressed .tar files.
       env: dict of env vars.
       entrypoint: list of strings, or None to inherit.
       cmd: list of strings, or None to inherit.
@@ -92,25 +79,4 @@ def output_file(name, target, output_group, visibility = None, tags = []):
         output_group = output_group,
         visibility = visibility,
         tags = tags,
-    )
-
-def debian_lock(name, out, roots, exclude, archives, **kwargs):
-    """`bazel run :<name>` writes the Debian lock `out` (workspace path): the closure of `roots`
-    minus `exclude`, resolved against `archives` (NAME SUITES MIRRORS...) by debroot.py."""
-    native.py_binary(
-        name = name,
-        srcs = ["//tools/oci:debroot.py"],
-        args = ["lock", "--out", out, "--target=//%s:%s" % (native.package_name(), name)] +
-               ["--root-pkg=" + p for p in roots] +
-               ["--exclude=" + p for p in exclude] +
-               ["--archive='%s'" % a for a in archives],
-        main = "//tools/oci:debroot.py",
-        python_version = "PY3",
-        deps = [
-            "//tools/oci:debian_lib",
-            "//tools/oci:ocilayout_lib",
-            "//tools/oci:ocitar_lib",
-            "//tools/oci:pycompile_lib",
-        ],
-        **kwargs
     )

@@ -29,7 +29,8 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.oci import ocitar, pycompile  # noqa: E402
+from tools.oci import ocitar  # noqa: E402
+from tools.oci.python import pycompile  # noqa: E402
 from tools.oci.ocilayout import LayerDescriptor, write_canonical  # noqa: E402
 
 

@@ -49,14 +49,6 @@ def sha256_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return "sha256:" + digest.hexdigest()
-
-
 def parse_pairs(items: list[str], what: str) -> dict[str, str]:
     """KEY=VALUE command-line items (--env, --label, ...) -> dict; `what` names the flag."""
     out: dict[str, str] = {}

@@ -204,7 +204,7 @@ def write_layer(entries: Iterable[Entry], out: Path) -> Digest:
 
 
 def hash_file(path: Path) -> Digest:
-    """sha256 and size of a file, read in chunks."""
+    """sha256 and size of a file, read in chunks: the one file hasher of the repository."""
     h = hashlib.sha256()
     size = 0
     with open(path, "rb") as f:

@@ -20,6 +20,7 @@ load(
     _patch_chain = "patch_chain",
     _patch_series = "patch_series",
 )
+load("//tools/python:defs.bzl", "py_program")
 
 PatchChainInfo = _PatchChainInfo
 PatchSeriesInfo = _PatchSeriesInfo
@@ -39,11 +40,9 @@ def patch_rehash(name, base = "@sglang_src_0_5_19//:tree", base_marker = "@sglan
 
     Reads and writes the declarations under this package's directory in the workspace.
     """
-    native.py_binary(
+    py_program(
         name = name,
         srcs = ["//tools/patches/private:rehash.py"],
-        main = "//tools/patches/private:rehash.py",
-        python_version = "PY3",
         deps = ["//tools/patches/private:patchchain"],
         data = [base, base_marker],
         args = [

@@ -14,9 +14,10 @@ The statement carries no timestamps: the same inputs give the same bytes (and si
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
+
+from tools.oci import ocitar
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -30,14 +31,6 @@ def _hex(digest: str) -> str:
     if algo != "sha256" or len(value) != 64:
         raise ValueError(f"{digest!r} is not sha256:<64 hex>")
     return value
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _dep(name: str, uri: str, sha256_hex: str) -> dict[str, Any]:
@@ -75,12 +68,12 @@ def statement(
         series = patch.get("series", declaration.get("series", ""))
         deps.append(_dep(f"patch:{series}/{patch['file']}", f"file:patches/{series}/{patch['file']}", patch["sha256"]))
     for short_path, path in locks:
-        deps.append(_dep(f"lock:{short_path}", f"file:{short_path}", sha256_file(path)))
+        deps.append(_dep(f"lock:{short_path}", f"file:{short_path}", ocitar.hash_file(path).sha256))
     deps.extend(base_packages(contents))
     run_details: dict[str, Any] = {"builder": {"id": BUILDER_ID}, "metadata": {}}
     if sbom is not None:
         run_details["byproducts"] = [
-            {"name": "sbom.spdx.json", "mediaType": "application/spdx+json", "digest": {"sha256": sha256_file(sbom)}}
+            {"name": "sbom.spdx.json", "mediaType": "application/spdx+json", "digest": {"sha256": ocitar.hash_file(sbom).sha256}}
         ]
     return {
         "_type": STATEMENT_TYPE,

@@ -63,7 +63,7 @@ DEFAULT_TARGETS = (
     "//validators:prod_contract_test",
     "//validators:loading_test",
     "//compose:golden_test",
-    "//compose:deployable_unit_test",
+    "//pins:deployable_test",
     "//compose:deployable_test",
     "//lab:unit_test",
 )

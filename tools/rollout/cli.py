@@ -10,7 +10,7 @@
 PATH@REV reads a revision from git (the workspace's), PATH alone the file as it is (plan and
 rehearsals only: `apply` deploys reviewed input, a committed revision). `plan` prints what
 Compose would replace and refuses a plan that touches other services than the named ones.
-`apply` runs //validators:check and the deployability gate (compose.deployable) on the target
+`apply` runs //validators:check and the deployability gate (pins.deployable) on the target
 revision, holds the project's lock (lock.py), then runs the plan (tools/rollout/apply.py).
 No command prints an environment value: the env file goes to Compose by path.
 The runbook: docs/rollout.md.
@@ -40,7 +40,7 @@ from tools.rollout.lock import DEFAULT_DIR as LOCK_DIR
 from tools.rollout.lock import LockHeld, ProjectLock
 from tools.rollout.plan import make_plan, refusals, render
 
-# Called with the target compose file; returns compose.deployable.Reason objects (empty: deployable).
+# Called with the target compose file; returns pins.deployable.Reason objects (empty: deployable).
 Gate = Callable[[Path], list[Any]]
 # Called with the target compose file inside a checkout of its revision; returns the exit code
 # of //validators:check's checks (each validator prints its own report).
@@ -145,8 +145,8 @@ def check_rehearsal_endpoint(docker_host: str) -> None:
 
 
 def default_gate() -> Gate:
-    """compose.deployable.reasons (//compose:deployable_lib)."""
-    from compose import deployable  # noqa: PLC0415  (imported only when a gate is needed)
+    """pins.deployable.reasons (//pins:deployable_lib)."""
+    from pins import deployable  # noqa: PLC0415  (imported only when a gate is needed)
 
     return deployable.reasons
 
@@ -154,7 +154,7 @@ def default_gate() -> Gate:
 def check_deployable(target: Path, label: str, gate: Gate | None) -> None:
     reasons = (gate or default_gate())(target)
     if reasons:
-        from compose import deployable  # noqa: PLC0415
+        from pins import deployable  # noqa: PLC0415
 
         # The same report as //compose:deployable (grouped by fix, prerequisites first); the
         # checkout's scratch path means nothing to the operator, the revision does.

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from compose.deployable import Reason
+from pins.deployable import Reason
 from tools.rollout import cli
 from tools.rollout import journal as jr
 from tools.rollout.apply import Gates, Rollout, StepFailed, http_get

@@ -1,6 +1,7 @@
 """The patch layer of an engine image (from a patch_chain), its structure test, its fingerprint."""
 
-load("//tools/oci:defs.bzl", "OciImageInfo", "OciLayerInfo", "STRUCTURE_TEST_ATTRS", "structure_test_args", "write_launcher")
+load("//tools/oci:defs.bzl", "OciImageInfo", "OciLayerInfo")
+load("//tools/oci:internal.bzl", "STRUCTURE_TEST_ATTRS", "structure_test_args", "write_launcher")
 load("//tools/patches:defs.bzl", "PatchChainInfo")
 
 # Where an engine image keeps each recipe's files (series.json, PROVENANCE, patches.json, tests).

@@ -1,4 +1,4 @@
-"""Providers shared by the OCI rules (public names re-exported by //tools/oci:defs.bzl)."""
+"""Providers shared by the OCI rules (the providers re-exported by //tools/oci:defs.bzl, the helpers by internal.bzl)."""
 
 OciLayerInfo = provider(
     doc = "One image layer.",
@@ -20,11 +20,6 @@ OciImageInfo = provider(
         "layers": "list of OciLayerInfo, bottom first, base layers included",
         "image_name": "string: the name images built on this one carry as org.opencontainers.image.base.name",
     },
-)
-
-LockModeInfo = provider(
-    doc = "Value of a lock-mode build setting.",
-    fields = {"mode": "'soft' (warn on a stale lock and use current versions) or 'strict' (fail)"},
 )
 
 def layer_blobs(image_info):

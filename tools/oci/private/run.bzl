@@ -1,5 +1,5 @@
-"""Consumable outputs of an image: `.view` (symlinked full layout), `.load` (podman storage or
-docker-archive) and the `oci-image-tool validate` conformance test."""
+"""Consumable outputs of an image: `.view` (symlinked full layout) and the `oci-image-tool
+validate` conformance test. `.load` (podman) is tools/podman's oci_load."""
 
 load(":launcher.bzl", "image_runfiles_args", "require_blobs", "write_launcher")
 load(":providers.bzl", "OciImageInfo")
@@ -21,25 +21,6 @@ old view there is replaced.""",
     attrs = {
         "image": attr.label(providers = [OciImageInfo], mandatory = True),
         "_materialize": attr.label(default = "//tools/oci:materialize", executable = True, cfg = "target"),
-    },
-)
-
-def _load_impl(ctx):
-    require_blobs(ctx.attr.image[OciImageInfo], "load")
-    args, files = image_runfiles_args(ctx.attr.image[OciImageInfo])
-    tag = ctx.attr.repo_tag or "localhost/%s:latest" % ctx.attr.image.label.name
-    return [write_launcher(ctx, ctx.attr._load, args + ["--tag", tag], files, "load the image into podman or a docker-archive tar")]
-
-oci_load = rule(
-    implementation = _load_impl,
-    executable = True,
-    doc = """`bazel run <image>.load`: the image into the project's podman storage (tools/podman),
-tagged `repo_tag`; `-- --format docker-archive --out FILE` writes a tar for `docker load`
-instead; `-- --tag T` overrides the tag. Like rules_oci's oci_load.""",
-    attrs = {
-        "image": attr.label(providers = [OciImageInfo], mandatory = True),
-        "repo_tag": attr.string(doc = "repository:tag (default localhost/<image target name>:latest)"),
-        "_load": attr.label(default = "//tools/oci:load", executable = True, cfg = "target"),
     },
 )
 

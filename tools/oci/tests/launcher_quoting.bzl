@@ -1,6 +1,6 @@
 """launcher_quoting_test: a write_launcher script must pass every word to its tool unchanged."""
 
-load("//tools/oci:defs.bzl", "write_launcher")
+load("//tools/oci:internal.bzl", "write_launcher")
 
 def _impl(ctx):
     words = ctx.attr.words + [f.short_path for f in ctx.files.data]

@@ -1,5 +1,5 @@
-"""validate.py (oci-image-tool), the .view replace rules, annotation-from-file, load.py's
-docker-archive path: on a two-layer image whose base blob lives outside the top layout."""
+"""validate.py (oci-image-tool), the .view replace rules, annotation-from-file: on a two-layer
+image whose base blob lives outside the top layout."""
 
 from __future__ import annotations
 
@@ -85,15 +85,3 @@ def test_annotation_from_file_lands_in_the_manifest(tmp_path: Path, tool) -> Non
          "--out-layout", str(tmp_path / "ann"), "--out-digest", str(tmp_path / "ann.digest"))
     assert ocilayout.read_layout(tmp_path / "ann").manifest["annotations"] == {
         "ai.example.fingerprint": "sha256:" + "ab" * 32}
-
-
-@pytest.mark.skipif(shutil.which("skopeo") is None, reason="skopeo not installed")
-def test_load_writes_a_docker_archive_with_every_layer(tmp_path: Path, tool) -> None:
-    parts = build_pair(tmp_path, tool)
-    out = tmp_path / "img.tar"
-    tool("load", "--image", str(tmp_path / "top"), *blob_args(parts), "--tag", "localhost/top:1",
-         "--format", "docker-archive", "--out", str(out))
-    import tarfile
-    with tarfile.open(out) as archive:
-        manifest = json.load(archive.extractfile("manifest.json"))
-    assert manifest[0]["RepoTags"] == ["localhost/top:1"] and len(manifest[0]["Layers"]) == 2

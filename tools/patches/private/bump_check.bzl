@@ -2,6 +2,7 @@
 
 load("//tools/patches:repositories.bzl", "sglang_source_repository_name")
 load("//tools/podman:defs.bzl", "image_files")
+load("//tools/python:defs.bzl", "py_program")
 
 def _json_file_impl(ctx):
     out = ctx.actions.declare_file(ctx.label.name + ".json")
@@ -48,11 +49,9 @@ def patch_bump_check(name, candidates, series, series_files, tests, patch_tests,
             data.append(":" + files)
             args += ["--cpu-base", "%s=$(rootpath :%s)" % (version, files)]
     args += ["--test-files"] + ["$(rootpaths %s)" % t for t in tests]
-    native.py_binary(
+    py_program(
         name = name,
         srcs = ["//tools/patches/private:bump_check.py"],
-        main = "//tools/patches/private:bump_check.py",
-        python_version = "PY3",
         deps = [
             "//tools/patches/private:patchchain",
             "//tools/podman:run_in_image_lib",

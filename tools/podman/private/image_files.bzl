@@ -1,6 +1,7 @@
 """image_files: a JSON file naming an image's files, all of them in runfiles."""
 
-load("//tools/oci:defs.bzl", "OciImageInfo", "image_runfiles_args")
+load("//tools/oci:defs.bzl", "OciImageInfo")
+load("//tools/oci:internal.bzl", "image_runfiles_args")
 
 def _image_files_impl(ctx):
     image = ctx.attr.image[OciImageInfo]

@@ -1,6 +1,7 @@
 """image_suite_test: runs a CPU test suite inside an image with run_in_image.py."""
 
-load("//tools/oci:defs.bzl", "OciImageInfo", "image_runfiles_args", "write_launcher")
+load("//tools/oci:defs.bzl", "OciImageInfo")
+load("//tools/oci:internal.bzl", "image_runfiles_args", "write_launcher")
 
 # Tests that start containers run on the local host, outside Bazel's sandbox (podman keeps its
 # storage under ~/.cache and needs /run), one at a time (2 cores, GBs of image), and never on a

@@ -1,6 +1,7 @@
 """Release targets of an engine image: facts, .release, .push, record test, evidence, verify."""
 
-load("//tools/oci:defs.bzl", "OciImageInfo", "OciLayerInfo", "image_runfiles_args", "write_launcher")
+load("//tools/oci:defs.bzl", "OciImageInfo", "OciLayerInfo")
+load("//tools/oci:internal.bzl", "image_runfiles_args", "write_launcher")
 load("//tools/patches:defs.bzl", "PatchChainInfo")
 load(":sbom.bzl", "layer_sbom_aspect", "merged_sbom")
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tools.oci import debian, debroot, sandbox_check
-from tools.oci.debian import Archive, DebianError, Drift, Lock, Pin, relock_command
-from tools.oci.tests.debfixture import build_deb, packages_index
+from tools.oci.debian import debian, debroot
+from tools.oci.debian.debian import Archive, DebianError, Drift, Lock, Pin, relock_command
+from tools.oci.debian.tests.debfixture import build_deb, packages_index
 
 SHA = "a" * 64
 RELOCK = relock_command("//recipes/bases:lock")
@@ -170,29 +170,6 @@ def test_layer_refuses_a_deb_with_another_sha256_and_changed_roots(tmp_path: Pat
     assert _build(tmp_path, other_roots, "soft") == 1
     err = capsys.readouterr().err
     assert "other roots/exclusions" in err and "run `./tools/bazel run //tools/remote:exec_lock`" in err
-
-
-def _aquery(*actions: tuple[str, list[str]]) -> dict:
-    return {"targets": [{"id": i, "label": f"//x:t{i}"} for i in range(len(actions))],
-            "actions": [{"targetId": i, "mnemonic": m, "executionInfo": [{"key": k} for k in keys]}
-                        for i, (m, keys) in enumerate(actions)]}
-
-
-def test_sandbox_check_refuses_unsandboxed_build_actions_and_unexplained_local_tests() -> None:
-    ok = _aquery(("DebianRootfs", []), ("PythonWheelsLayer", ["no-remote-exec"]),
-                 ("TestRunner", ["local", "no-sandbox", "requires-podman"]))
-    assert sandbox_check.violations(ok) == []
-    bad = _aquery(("DebianRootfs", ["no-sandbox", "requires-network"]), ("TestRunner", ["local"]))
-    assert sandbox_check.violations(bad) == [
-        "//x:t0 (DebianRootfs): build action with no-sandbox, requires-network; declare its inputs and let it run sandboxed",
-        "//x:t1 (TestRunner): test with local but no requires-<reason> tag saying why",
-    ]
-
-
-def test_sandbox_check_sees_aspect_actions() -> None:
-    # The layer SBOM scans (LayerSbom) are aspect actions: a plain aquery does not list them.
-    argv = sandbox_check.aquery_argv("./tools/bazel", ["//..."])
-    assert "--include_aspects" in argv and argv[-2] == "mnemonic('.*', //...)"
 
 
 def test_resolve_program_answers_the_rule(tmp_path: Path, capsys) -> None:

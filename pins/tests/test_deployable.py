@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from compose import deployable
-from pins import table
+from pins import deployable, table
 from tools.release.schema import Base, Patch, Record
 
 SENTINEL = table.load().unresolved

@@ -1,6 +1,9 @@
-"""Build settings of the OCI rules."""
+"""The Debian lock mode: a build setting and its provider."""
 
-load(":providers.bzl", "LockModeInfo")
+LockModeInfo = provider(
+    doc = "Value of a lock-mode build setting.",
+    fields = {"mode": "'soft' (warn on a stale lock and use current versions) or 'strict' (fail)"},
+)
 
 _MODES = ("soft", "strict")
 

@@ -1,6 +1,6 @@
 """WORKSPACE API for Debian packages (one lock = one repository).
 
-    load("//tools/oci:deb.bzl", "debian_packages")
+    load("//tools/oci/debian:repositories.bzl", "debian_packages")
 
     debian_packages(name = "debian_runtime_debs", lock = "//recipes/bases:debian.lock")
 
@@ -11,6 +11,6 @@ current one (one warning; recorded in resolved.lock, so it changes the layer's a
 `--config=release` builds refuse it).
 """
 
-load("//tools/oci/private:debian_repository.bzl", _debian_packages = "debian_packages")
+load("//tools/oci/debian/private:debian_repository.bzl", _debian_packages = "debian_packages")
 
 debian_packages = _debian_packages

@@ -13,7 +13,7 @@ RECORD lists every file where it is in the layer (scripts as ../../../local/bin/
 the paths removed by --prune (triton's CUDA/AMD binaries: ~470 MB that CPU imports never load).
 Each wheel file must hash to its lock line. The .py files under dist-packages get unchecked-hash
 .pyc compiled by the image's own CPython, unpacked from --interpreter-layer (the Debian runtime
-layer; tools/oci/pycompile.py). Output: the layer tar, its descriptor and a manifest of the wheels.
+layer; tools/oci/python/pycompile.py). Output: the layer tar, its descriptor and a manifest of the wheels.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from installer import install  # noqa: E402
 from installer.destinations import SchemeDictionaryDestination  # noqa: E402
@@ -39,8 +39,9 @@ from installer.scripts import Script  # noqa: E402
 from installer.sources import WheelFile  # noqa: E402
 from installer.utils import Scheme, copyfileobj_with_hashing  # noqa: E402
 
-from tools.oci import ocitar, pycompile  # noqa: E402
+from tools.oci import ocitar  # noqa: E402
 from tools.oci.ocilayout import LayerDescriptor, write_canonical  # noqa: E402
+from tools.oci.python import pycompile  # noqa: E402
 
 SITE = "usr/lib/python3/dist-packages"
 BIN = "usr/local/bin"

@@ -1,7 +1,7 @@
-"""debian_packages: the .debs of one Debian lock as repository downloads (see tools/oci/deb.bzl)."""
+"""debian_packages: the .debs of one Debian lock as repository downloads (see tools/oci/debian/repositories.bzl)."""
 
 # Plans the downloads from the lock and resolves drift (stdlib-only Python).
-_DEBIAN_PY = Label("//tools/oci:debian.py")
+_DEBIAN_PY = Label("//tools/oci/debian:debian.py")
 
 _BUILD = """\
 package(default_visibility = ["//visibility:public"])

@@ -1,7 +1,7 @@
 """The Debian runtime layer of a distroless-style base image, and its lock.
 
 `build` (a sandboxed action, no network): takes the resolved lock and the .debs the
-repository rule downloaded (tools/oci/private/debian_repository.bzl), checks each against its
+repository rule downloaded (tools/oci/debian/private/debian_repository.bzl), checks each against its
 sha256, unpacks each in pure Python (no dpkg, no maintainer script runs), adds what those
 scripts would have made (CA bundle, /etc/passwd, /etc/group, /etc/hosts, the ssl symlinks,
 empty /proc /dev /sys /tmp), dpkg metadata for SBOM scanners under /var/lib/dpkg/status.d/,
@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from tools.oci import ocitar, pycompile  # noqa: E402
-from tools.oci.debian import (Apt, Archive, Deb, DebianError, Lock, Pin, pins_from_indexes,  # noqa: E402
-                              relock_command, sha256_file, unpack)
+from tools.oci import ocitar  # noqa: E402
+from tools.oci.debian.debian import (Apt, Archive, Deb, DebianError, Lock, Pin, pins_from_indexes,  # noqa: E402
+                                     relock_command, unpack)
 from tools.oci.ocilayout import LayerDescriptor, write_canonical  # noqa: E402
+from tools.oci.python import pycompile  # noqa: E402
 
 PASSWD = "root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n"
 GROUP = "root:x:0:\nnogroup:x:65534:\n"
@@ -65,7 +66,7 @@ def find_debs(lock: Lock, deb_files: list[Path]) -> dict[Pin, Path]:
         if path is None:
             raise DebianError(f"no {pin.filename} ({pin.name} {pin.version}) among the inputs; the lock's repository rule "
                               "downloads it: pass its `debs` target")
-        digest = sha256_file(path)
+        digest = ocitar.hash_file(path).sha256
         if digest != pin.sha256:
             raise DebianError(f"{path}: sha256 {digest}, the lock says {pin.sha256}")
         out[pin] = path

@@ -1,7 +1,7 @@
 """Debian packages as locked inputs: the lock format, Packages indexes, .deb reading.
 
 A lock is one package set from named archives (a list of mirrors each): `name version sha256
-archive pool-path` per .deb. The repository rule (tools/oci/private/debian_repository.bzl)
+archive pool-path` per .deb. The repository rule (tools/oci/debian/private/debian_repository.bzl)
 downloads every locked .deb from `<mirror>/<pool-path>` with its sha256, so Bazel's repository
 cache serves them; when a locked version left every mirror it calls `resolve` below, which
 takes the current version of that package from the archive's Packages indexes and writes a
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import io
 import json
 import lzma
@@ -292,14 +291,6 @@ def resolve(lock: Lock, missing: set[str], indexes: dict[str, list[Path]]) -> tu
 
 
 # ---- .deb files (ar archive: debian-binary, control.tar.*, data.tar.*) --------------------------
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
 
 def ar_members(path: Path) -> dict[str, bytes]:
     """The members of an ar archive (a .deb is one), by name."""

@@ -30,13 +30,13 @@ from pathlib import Path
 
 import pytest
 
-from tools.oci.debian import Archive, Lock, Pin, relock_command
-from tools.oci.tests.debfixture import build_deb, packages_index
+from tools.oci.debian.debian import Archive, Lock, Pin, relock_command
+from tools.oci.debian.tests.debfixture import build_deb, packages_index
 
-OCI = Path(__file__).resolve().parents[1]
+DEBIAN = Path(__file__).resolve().parents[1]
 BAZEL = os.environ.get("GLM53_NESTED_BAZEL", "/usr/bin/bazel-4")
 DEAD = "https://127.0.0.1:1"  # nothing listens on port 1
-RULE_FILES = ["deb.bzl", "private/debian_repository.bzl", "debian.py"]
+RULE_FILES = ["repositories.bzl", "private/debian_repository.bzl", "debian.py"]
 
 
 def certificate(tmp: Path) -> tuple[Path, Path, Path]:
@@ -98,13 +98,13 @@ def write_lock(path: Path, mirrors: tuple[str, ...], pins: list[Pin]) -> None:
 def workspace(tmp: Path, locks: dict[str, tuple[tuple[str, ...], list[Pin]]]) -> Path:
     ws = tmp / "ws"
     for rel in RULE_FILES:
-        (ws / "tools/oci" / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(OCI / rel, ws / "tools/oci" / rel)
-    (ws / "tools/oci/BUILD.bazel").write_text('exports_files(["debian.py"])\n')
-    (ws / "tools/oci/private/BUILD.bazel").write_text("")
+        (ws / "tools/oci/debian" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(DEBIAN / rel, ws / "tools/oci/debian" / rel)
+    (ws / "tools/oci/debian/BUILD.bazel").write_text('exports_files(["debian.py"])\n')
+    (ws / "tools/oci/debian/private/BUILD.bazel").write_text("")
     (ws / "BUILD.bazel").write_text(f"exports_files({sorted(n + '.lock' for n in locks)!r})\n")
     rules = "".join(f'debian_packages(name = "{n}", lock = "//:{n}.lock")\n' for n in locks)
-    (ws / "WORKSPACE").write_text(f'workspace(name = "t")\n\nload("//tools/oci:deb.bzl", "debian_packages")\n\n{rules}')
+    (ws / "WORKSPACE").write_text(f'workspace(name = "t")\n\nload("//tools/oci/debian:repositories.bzl", "debian_packages")\n\n{rules}')
     for name, (mirrors, pins) in locks.items():
         write_lock(ws / f"{name}.lock", mirrors, pins)
     return ws

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.oci import ocitar, pycompile, pyroot
+from tools.oci import ocitar
+from tools.oci.python import pycompile, pyroot
 
 SITE = "usr/lib/python3/dist-packages"
 

@@ -1,0 +1,52 @@
+"""python_wheels_layer: hash-locked wheels installed into a layer."""
+
+load("//tools/oci:defs.bzl", "OciLayerInfo")
+load("//tools/oci:internal.bzl", "layer_outputs", "layer_return")
+
+def _python_wheels_layer_impl(ctx):
+    out = layer_outputs(ctx)
+    interpreter = ctx.attr.interpreter[OciLayerInfo].blob
+    args = ctx.actions.args()
+    args.add("--lock", ctx.file.lock)
+    args.add_all(ctx.files.wheels, before_each = "--wheel")
+    args.add_all(ctx.attr.prune, before_each = "--prune")
+    args.add("--interpreter-layer", interpreter)
+    args.add("--created-by", "python wheels %s (%d wheels from %s)" % (ctx.label, len(ctx.files.wheels), ctx.file.lock.short_path))
+    args.add("--out", out.tar)
+    args.add("--out-descriptor", out.descriptor)
+    args.add("--out-manifest", out.contents)
+    ctx.actions.run(
+        executable = ctx.executable._pyroot,
+        arguments = [args],
+        # The interpreter layer is an input: the .pyc are compiled by the image's own CPython.
+        inputs = ctx.files.wheels + [ctx.file.lock, interpreter],
+        outputs = [out.tar, out.descriptor, out.contents],
+        mnemonic = "PythonWheelsLayer",
+        progress_message = "Installing %d locked wheels into layer %s" % (len(ctx.files.wheels), ctx.label),
+        # GBs in and out: not worth shipping to a remote executor.
+        execution_requirements = {"no-remote-exec": "1"},
+    )
+    providers = layer_return(out)
+
+    # The tar in runfiles too: tests take the layer as `data` (//recipes/bases:*_record_test).
+    return [DefaultInfo(
+        files = providers[0].files,
+        runfiles = ctx.runfiles(files = [out.tar, out.contents]),
+    )] + providers[1:]
+
+python_wheels_layer = rule(
+    implementation = _python_wheels_layer_impl,
+    doc = """Hash-locked wheels installed into /usr/lib/python3/dist-packages by PyPA's installer,
+streamed into the layer tar, byte-compiled by the image's CPython (tools/oci/python/pyroot.py).""",
+    attrs = {
+        "wheels": attr.label_list(allow_files = [".whl"], mandatory = True),
+        "lock": attr.label(allow_single_file = True, mandatory = True),
+        "prune": attr.string_list(doc = "paths under dist-packages to delete after install"),
+        "interpreter": attr.label(
+            mandatory = True,
+            providers = [OciLayerInfo],
+            doc = "the image's Debian runtime layer: its /usr/bin/python3 compiles the .pyc",
+        ),
+        "_pyroot": attr.label(default = "//tools/oci/python:pyroot", executable = True, cfg = "exec"),
+    },
+)
