@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from pins import deployable
 from tools.rollout import journal as jr
 from tools.rollout.apply import RUNBOOK, Gates, Rollout
 from tools.rollout.compose_cli import Compose, ComposeError, Redactor, ServiceState, materialize, read_env_file
@@ -144,18 +145,9 @@ def check_rehearsal_endpoint(docker_host: str) -> None:
                       f"a rehearsal endpoint (the rehearsal harness writes it) ({RUNBOOK}, \"Rehearsal\")")
 
 
-def default_gate() -> Gate:
-    """pins.deployable.reasons (//pins:deployable_lib)."""
-    from pins import deployable  # noqa: PLC0415  (imported only when a gate is needed)
-
-    return deployable.reasons
-
-
 def check_deployable(target: Path, label: str, gate: Gate | None) -> None:
-    reasons = (gate or default_gate())(target)
+    reasons = (gate or deployable.reasons)(target)
     if reasons:
-        from pins import deployable  # noqa: PLC0415
-
         # The same report as //compose:deployable (grouped by fix, prerequisites first); the
         # checkout's scratch path means nothing to the operator, the revision does.
         lines = [line.replace(str(target), label) for line in deployable.report(label, reasons)]

@@ -68,6 +68,29 @@ async def _never_in_process():
     raise AssertionError("the call fell back to in-process processing")
 
 
+def _discard(output) -> None:
+    """Unlinks a pool answer's segments (a test's own cleanup)."""
+    from sglang.srt.managers.mm_utils import discard_mm_inputs_shm
+
+    discard_mm_inputs_shm(output)
+
+
+def _third_is_refused(call, pid: int, error: type):
+    """With the pool's one child stopped (`pid`), two calls of `call()` wait (one running, one
+    queued) and a third raises `error`; then the child resumes. Returns that exception and the
+    two answers."""
+
+    async def three_at_once():
+        first, second = asyncio.ensure_future(call()), asyncio.ensure_future(call())
+        await asyncio.sleep(0)
+        with pytest.raises(error) as refused:
+            await call()
+        os.kill(pid, signal.SIGCONT)
+        return refused.value, [await first, await second]
+
+    return asyncio.run(three_at_once())
+
+
 def _stats() -> dict:
     from sglang.srt.managers.offload_process import STATS
 
@@ -141,8 +164,7 @@ def test_this_process_decodes_no_pixel(glm_vision, pool, monkeypatch):
     got = asyncio.run(pool.process(_kwargs(obj), 1, _never_in_process))
 
     assert decodes == [], f"PIL decoded {decodes} in this process"
-    for item in got.mm_items:
-        item.feature.close_and_unlink()
+    _discard(got)
     assert _segments() == []
 
 
@@ -181,8 +203,7 @@ def test_a_decompression_bomb_is_a_client_error_not_a_decode(glm_vision, pool):
 def _stop_child(pool) -> int:
     """SIGSTOP the pool's one child, once it has served a request (so it is ready)."""
     warm = asyncio.run(pool.process(_kwargs(_request([_url(_png(64, 64, 0))])), 1, _never_in_process))
-    for item in warm.mm_items:
-        item.feature.close_and_unlink()
+    _discard(warm)
     processes = [p for p in pool._processes if not p.closed]
     assert len(processes) == 1, processes
     os.kill(processes[0].pid, signal.SIGSTOP)
@@ -209,8 +230,7 @@ def test_a_cancelled_call_leaves_no_segment(glm_vision, pool):
     # The child answers; the pool's thread then unlinks. A second call on the one-thread
     # pool (queued) runs only after that.
     follow = asyncio.run(pool.process(_kwargs(_request([_url(_png(64, 64, 9))])), 1, _never_in_process))
-    for item in follow.mm_items:
-        item.feature.close_and_unlink()
+    _discard(follow)
     assert _segments() == [], "a cancelled request's segments were left in /dev/shm"
 
 
@@ -260,8 +280,7 @@ def test_a_killed_child_costs_one_in_process_retry_and_is_replaced(glm_vision, p
     after = _stats()
     assert ran_here == [True]
     assert after.get("restarts", 0) == before.get("restarts", 0) + 1
-    for item in got.mm_items:
-        item.feature.close_and_unlink()
+    _discard(got)
     assert _segments() == []
 
 
@@ -276,18 +295,9 @@ def test_a_full_queue_is_refused(glm_vision, pool):
     pid = _stop_child(pool)
     before = _stats()
 
-    async def three_at_once():
-        first = asyncio.ensure_future(pool.process(_kwargs(obj), 1, _never_in_process))
-        second = asyncio.ensure_future(pool.process(_kwargs(obj), 1, _never_in_process))
-        await asyncio.sleep(0)
-        with pytest.raises(OffloadQueueFull):
-            await pool.process(_kwargs(obj), 1, _never_in_process)
-        os.kill(pid, signal.SIGCONT)
-        return await first, await second
-
-    for got in asyncio.run(three_at_once()):
-        for item in got.mm_items:
-            item.feature.close_and_unlink()
+    _, answers = _third_is_refused(lambda: pool.process(_kwargs(obj), 1, _never_in_process), pid, OffloadQueueFull)
+    for got in answers:
+        _discard(got)
     assert _stats().get("rejected", 0) == before.get("rejected", 0) + 1
     assert _segments() == []
 
@@ -411,20 +421,10 @@ def test_a_full_pool_is_a_503_from_the_tokenizer_manager(mm_dispatching, pool):
     obj = _request([_url(_png(640, 480, 23))])
     pid = _stop_child(pool)
 
-    async def overflow():
-        first = asyncio.ensure_future(tm._process_mm_data(obj, obj.text))
-        second = asyncio.ensure_future(tm._process_mm_data(obj, obj.text))
-        await asyncio.sleep(0)
-        with pytest.raises(fastapi.HTTPException) as refused:
-            await tm._process_mm_data(obj, obj.text)
-        os.kill(pid, signal.SIGCONT)
-        return refused.value, await first, await second
-
-    refused, *answers = asyncio.run(overflow())
+    refused, answers = _third_is_refused(lambda: tm._process_mm_data(obj, obj.text), pid, fastapi.HTTPException)
     assert refused.status_code == 503 and "busy" in refused.detail
     for got in answers:
-        for item in got.mm_items:
-            item.feature.close_and_unlink()
+        _discard(got)
     assert _segments() == []
 
 
