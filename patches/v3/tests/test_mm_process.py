@@ -170,6 +170,21 @@ def test_this_process_decodes_no_pixel(glm_vision, pool, monkeypatch):
 
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
+def test_the_child_runs_nicer_than_this_process(glm_vision, pool):
+    """A child decoding images yields the CPU to the server process: its nice value is
+    CHILD_NICE above this process's, so a server thread holding the GIL is not preempted by it."""
+    from sglang.srt.managers.offload_process import CHILD_NICE
+
+    obj = _request([_url(_png(640, 480, 7))])
+    _discard(asyncio.run(pool.process(_kwargs(obj), 1, _never_in_process)))
+    (child,) = [p for p in pool._processes if not p.closed]
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    assert CHILD_NICE == 10
+    assert os.getpriority(os.PRIO_PROCESS, child.pid) == min(19, mine + CHILD_NICE)
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
 def test_a_corrupt_image_gets_the_in_process_error(glm_vision, pool):
     """A truncated PNG: the child's ValueError is the one the in-process processor raises
     (the server answers 400 with it), and the child stays."""
