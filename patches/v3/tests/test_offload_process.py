@@ -772,6 +772,24 @@ def test_library_mode_keeps_the_switch_interval(make_tokenizer_manager, glm_toke
 
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
+@pytest.mark.parametrize("value", ["-5", "20", "10.5"])
+def test_a_child_nice_out_of_range_is_refused_at_start(value):
+    """SGLANG_OFFLOAD_CHILD_NICE outside 0-19 (or not an integer) stops the server at import
+    with an error naming the setting, instead of every child dying in os.nice at its start."""
+    import subprocess
+
+    env = dict(os.environ, SGLANG_OFFLOAD_CHILD_NICE=value)
+    run = subprocess.run(
+        [sys.executable, "-c", "import sglang.srt.managers.offload_process"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode != 0
+    error = run.stderr.splitlines()[-1]
+    assert "SGLANG_OFFLOAD_CHILD_NICE=" in error and value in error, run.stderr
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
 def test_a_tokenizer_child_that_grew_is_replaced_after_its_request(
     make_tokenizer_manager, glm_tokenizer, monkeypatch
 ):
