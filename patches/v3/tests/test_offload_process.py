@@ -775,7 +775,8 @@ def test_library_mode_keeps_the_switch_interval(make_tokenizer_manager, glm_toke
 @pytest.mark.parametrize("value", ["-5", "20", "10.5"])
 def test_a_child_nice_out_of_range_is_refused_at_start(value):
     """SGLANG_OFFLOAD_CHILD_NICE outside 0-19 (or not an integer) stops the server at import
-    with an error naming the setting, instead of every child dying in os.nice at its start."""
+    with an error naming the setting. Unchecked, a negative value kills every child in os.nice
+    (it needs CAP_SYS_NICE) and 20 or more is silently clamped to 19."""
     import subprocess
 
     env = dict(os.environ, SGLANG_OFFLOAD_CHILD_NICE=value)
