@@ -14,6 +14,10 @@ the paths removed by --prune (triton's CUDA/AMD binaries: ~470 MB that CPU impor
 Each wheel file must hash to its lock line. The .py files under dist-packages get unchecked-hash
 .pyc compiled by the image's own CPython, unpacked from --interpreter-layer (the Debian runtime
 layer; tools/oci/python/pycompile.py). Output: the layer tar, its descriptor and a manifest of the wheels.
+
+Two bases whose locks share most wheels split them: `--part shared --shared-with OTHER_LOCK`
+installs only the wheels both locks pin to the same sha256 (one layer, built, stored and
+imported once for both images), `--part own` the rest of this lock.
 """
 
 from __future__ import annotations
@@ -72,19 +76,38 @@ def parse_lock(text: str, where: str) -> list[dict[str, str]]:
     return out
 
 
-def check_hashes(wheels: list[Path], locked: list[dict[str, str]], lock_name: str) -> None:
-    """Every wheel hashes to a lock line and every lock line has its wheel (pip's --require-hashes)."""
+def check_hashes(wheels: list[Path], locked: list[dict[str, str]], lock_name: str) -> dict[Path, str]:
+    """Every wheel hashes to a lock line and every lock line has its wheel (pip's --require-hashes).
+    Returns each wheel's sha256."""
     by_hash = {w["sha256"]: w for w in locked}
-    seen = set()
+    digests = {}
     for wheel in wheels:
         digest = ocitar.hash_file(wheel).sha256
         if digest not in by_hash:
             raise WheelError(f"{wheel.name} (sha256 {digest}) is not in {lock_name}; refetch "
                              "(`./tools/bazel sync --only=<repo>`) or relock")
-        seen.add(digest)
+        digests[wheel] = digest
+    seen = set(digests.values())
     missing = [f"{w['name']}=={w['version']}" for w in locked if w["sha256"] not in seen]
     if missing:
         raise WheelError(f"{lock_name} locks {missing} but no such wheel was given (--wheel)")
+    return digests
+
+
+PARTS = ("all", "shared", "own")
+
+
+def select_part(digests: dict[Path, str], locked: list[dict[str, str]], other: list[dict[str, str]],
+                part: str, other_name: str) -> tuple[list[Path], list[dict[str, str]]]:
+    """The wheels (and their lock lines) of one part: `shared`, the ones `other` locks too with
+    the same sha256 (byte-identical, so one layer serves both bases); `own`, the rest; `all`."""
+    if part == "all":
+        return sorted(digests), locked
+    in_other = {w["sha256"] for w in other}
+    keep = {w["sha256"] for w in locked if (w["sha256"] in in_other) == (part == "shared")}
+    if not keep:
+        raise WheelError(f"no wheel is {part} with {other_name}; build this layer with part = \"all\"")
+    return sorted(w for w, d in digests.items() if d in keep), [w for w in locked if w["sha256"] in keep]
 
 
 def pruned(path: str, prune: Iterable[str]) -> str | None:
@@ -215,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lock", type=Path, required=True, help="pip --require-hashes lock")
     p.add_argument("--wheel", type=Path, action="append", default=[], help="a locked wheel file (repeat)")
     p.add_argument("--prune", action="append", default=[], help="path under dist-packages to delete")
+    p.add_argument("--part", choices=PARTS, default="all",
+                   help="shared: only the wheels --shared-with also locks (same sha256); own: the rest")
+    p.add_argument("--shared-with", type=Path, help="the other base's lock (with --part shared or own)")
     p.add_argument("--interpreter-layer", type=Path, required=True,
                    help="the image's Debian runtime layer tar; its /usr/bin/python3 compiles the .pyc")
     p.add_argument("--created-by", default="python wheels")
@@ -222,12 +248,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-descriptor", type=Path, required=True)
     p.add_argument("--out-manifest", type=Path, required=True)
     args = p.parse_args(argv)
+    if (args.part == "all") != (args.shared_with is None):
+        p.error("--part shared or own needs --shared-with LOCK, and --shared-with needs one of them")
     try:
         wheels = parse_lock(args.lock.read_text(), str(args.lock))
-        check_hashes(args.wheel, wheels, str(args.lock))
+        digests = check_hashes(args.wheel, wheels, str(args.lock))
+        other = parse_lock(args.shared_with.read_text(), str(args.shared_with)) if args.shared_with else []
+        paths, wheels = select_part(digests, wheels, other, args.part, str(args.shared_with))
         with tempfile.TemporaryDirectory(prefix="pyroot-") as tmp:
             interpreter = pycompile.unpack_interpreter(args.interpreter_layer, Path(tmp))
-            digest, scripts, _ = build_layer(args.wheel, args.prune, interpreter, args.out)
+            digest, scripts, _ = build_layer(paths, args.prune, interpreter, args.out)
         desc = LayerDescriptor.uncompressed(digest.digest, digest.size, args.created_by)
         desc.write(args.out_descriptor)
         manifest: dict[str, Any] = {

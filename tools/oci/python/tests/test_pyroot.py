@@ -114,6 +114,27 @@ def test_missing_prune_path_and_unlocked_wheel_are_errors(built, tmp_path: Path)
         pyroot.check_hashes([], locked, "lock")
 
 
+def test_parts_split_the_wheels_by_the_other_lock(tmp_path: Path) -> None:
+    """shared: the wheels both locks pin to the same sha256; own: the rest; together all of them."""
+    common, mine = make_wheel(tmp_path, "common"), make_wheel(tmp_path, "mine")
+    digests = pyroot.check_hashes([common, mine], locked := [
+        {"name": n, "version": "1.0", "sha256": ocitar.hash_file(w).sha256} for n, w in (("common", common), ("mine", mine))
+    ], "lock")
+    other = [locked[0], {"name": "mine", "version": "2.0", "sha256": "f" * 64}]
+    assert pyroot.select_part(digests, locked, other, "shared", "other") == ([common], [locked[0]])
+    assert pyroot.select_part(digests, locked, other, "own", "other") == ([mine], [locked[1]])
+    assert pyroot.select_part(digests, locked, [], "all", "other") == (sorted([common, mine]), locked)
+    with pytest.raises(pyroot.WheelError, match="no wheel is shared with other"):
+        pyroot.select_part(digests, locked, other[1:], "shared", "other")
+
+
+def test_a_part_without_the_other_lock_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit):
+        pyroot.main(["--lock", "l", "--interpreter-layer", "i", "--out", "o", "--out-descriptor", "d",
+                     "--out-manifest", "m", "--part", "shared"])
+    assert "--part shared or own needs --shared-with" in capsys.readouterr().err
+
+
 def test_compiler_output_depends_on_order_only(tmp_path: Path) -> None:
     sources = [(f"/m/mod{i}.py", f"X{i} = {{'k{i}', 'shared'}}\ndef f(): return 'shared{i % 3}'\n".encode())
                for i in range(40)]

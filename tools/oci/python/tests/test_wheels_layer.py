@@ -56,3 +56,21 @@ def test_every_file_is_where_its_record_says(layer: Path) -> None:
         unlisted = [n for n in members if n not in owner and "/__pycache__/" not in n]
     assert not unlisted, f"{len(unlisted)} files of {layer.name} are in no RECORD, e.g. {unlisted[:5]}"
     assert not problems, f"{len(problems)} RECORD problems in {layer.name}, e.g. {problems[:5]}"
+
+
+SHARED = [p for p in LAYERS if "_shared_" in p.name]
+OWN = [p for p in LAYERS if p not in SHARED]
+
+
+def _files(layer: Path) -> set[str]:
+    with tarfile.open(layer) as tar:
+        return {m.name for m in tar if not m.isdir()}
+
+
+@pytest.mark.parametrize("own", OWN, ids=[p.name for p in OWN])
+def test_no_file_of_the_shared_layer_is_in_a_bases_own_layer(own: Path) -> None:
+    """A base stacks its own wheels on the shared layer: a path in both would be hidden by the
+    upper layer, and the shared layer's RECORD would then describe bytes the image does not hold."""
+    assert SHARED, "no recipes/bases/*_shared_wheels.tar in the test's runfiles; add it to the data"
+    both = sorted(set.intersection(*(_files(p) for p in SHARED + [own])))
+    assert not both, f"{len(both)} paths are in {SHARED[0].name} and {own.name}, e.g. {both[:5]}"
