@@ -203,6 +203,8 @@ def session_command(args: argparse.Namespace, requests: list[str]) -> list[str]:
         command += ["--mixed-minutes", str(args.mixed_minutes)]
     if not args.no_profile:
         command += ["--py-spy", f"{TOOLS_DIR}/py-spy", "--profile-rate-hz", str(args.profile_rate_hz)]
+        if args.profile_native:
+            command += ["--profile-native"]
     if args.no_metrics:
         command += ["--no-metrics"]
     return command
@@ -223,7 +225,8 @@ def attribute_arm(arm_dir: Path) -> dict:
         else:
             slow = attribution.attribute(probes, attribution.load_trace(arm_dir / profile["file"], profile["launched"]))
         behind = attribution.sampler_behind_s(arm_dir / profile["log"]) if profile else None
-        out[probe_file] = attribution.summary(slow) | {"profiled": profile is not None, "sampler_behind_max_s": behind}
+        out[probe_file] = attribution.summary(slow) | {"profiled": profile is not None, "sampler_behind_max_s": behind,
+                                                       "native": bool(profile and profile.get("native"))}
     return out
 
 
@@ -321,6 +324,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-profile", action="store_true", help="no py-spy sampling (no attribution)")
     parser.add_argument("--py-spy", type=Path, help="py-spy binary (default: the locked wheel in the runfiles)")
     parser.add_argument("--profile-rate-hz", type=int, default=100, help="py-spy samples per second (default: 100)")
+    parser.add_argument("--profile-native", action="store_true",
+                        help="sample every thread with its C frames (py-spy --native --idle), not only the GIL's"
+                             " holder: shows who waits in take_gil and who holds it; stops the server per sample")
     parser.add_argument("--flood-rps", type=float, default=0.5)
     parser.add_argument("--flood-bytes", type=int, default=3_000_000)
     parser.add_argument("--tokenizer", choices=TOKENIZERS, default="glm",

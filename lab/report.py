@@ -110,6 +110,8 @@ def attribution_section(attributed: dict[str, dict[str, dict]], top: int = 3) ->
             if not s.get("profiled", True):
                 lines.append(head + "; not profiled.")
                 continue
+            if s.get("native"):
+                head += " (native profile: every thread is sampled, waiting ones too)"
             lag = s.get("sampler_behind_max_s") or 0.0
             lines.append(head + f" ({_ms(s['slow_probe_ms'])} in all; the loop thread ran Python code for"
                          f" {_ms(s['loop_ran_ms'])} of it" + (f"; py-spy fell up to {lag:.1f} s behind" if lag else "") + ").")

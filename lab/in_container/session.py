@@ -260,20 +260,27 @@ class Profiler:
     against a marked spin, the offset is under one sample period plus a few ms.
     """
 
-    def __init__(self, py_spy: Path, pid: int, rate_hz: int, out: Path) -> None:
+    def __init__(self, py_spy: Path, pid: int, rate_hz: int, out: Path, native: bool = False) -> None:
         self.out = out
         self.log_path = out.with_suffix(".log")
         self._log = self.log_path.open("ab")
         self.launched = time.monotonic()
+        if native:
+            # Every thread in every sample, idle ones too, with its C frames: a thread in
+            # take_gil waits for the GIL, the one that is not holds it. py-spy stops the
+            # process to unwind it (no --nonblocking), which slows the server a little.
+            mode = ["--native", "--idle"]
+        else:
+            # --gil: each sample is the thread holding the GIL, so a slow probe is attributed
+            # to what held it, not to every thread that was waiting for it.
+            mode = ["--gil", "--nonblocking"]
         self.proc = subprocess.Popen(
-            # --gil: each sample is the thread holding the GIL, so a slow probe is attributed to
-            # what held it, not to every thread that was waiting for it.
             [str(py_spy), "record", "--pid", str(pid), "--rate", str(rate_hz), "--format", "chrometrace",
-             "--threads", "--gil", "--nonblocking", "--output", str(out)],
+             "--threads", *mode, "--output", str(out)],
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
         )
         self.record = {"file": out.name, "log": self.log_path.name, "pid": pid, "rate_hz": rate_hz,
-                       "launched": self.launched}
+                       "launched": self.launched, "native": native}
 
     def stop(self) -> dict:
         """SIGINT makes py-spy write its output; the record says whether it did."""
@@ -454,7 +461,7 @@ class Session:
         """Samples the HTTP server process (its event loop and worker threads), if --py-spy."""
         if self.args.py_spy is not None and self.server is not None:
             self.profiler = Profiler(self.args.py_spy, self.server.proc.pid, self.args.profile_rate_hz,
-                                     self.args.out / f"{name}.pyspy.json")
+                                     self.args.out / f"{name}.pyspy.json", self.args.profile_native)
 
     def stop_profiler(self) -> None:
         if self.profiler is not None:
@@ -590,6 +597,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--mixed-minutes", type=float, default=0.0, help="mixed-traffic phase length (0: none)")
     parser.add_argument("--py-spy", type=Path, help="py-spy binary: sample the server to attribute slow probes")
     parser.add_argument("--profile-rate-hz", type=int, default=100, help="py-spy samples per second")
+    parser.add_argument("--profile-native", action="store_true",
+                        help="py-spy samples every thread with its C frames (--native --idle) instead of --gil")
     parser.add_argument("--server-arg", action="append", default=[], help="extra launch_server argument")
     parser.add_argument("--no-metrics", action="store_true",
                         help="start the servers without --enable-metrics (no offload counters)")

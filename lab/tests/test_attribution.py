@@ -65,7 +65,9 @@ def test_slow_probes_get_the_code_that_ran_during_them(tmp_path: Path):
     assert s["other_thread_culprits"][0]["thread"] == "preprocess"
     text = report.attribution_section({"v3": {"probes.jsonl": s | {"profiled": True}}})
     assert "2 probes over 20 ms" in text and "loop: 60 ms over 1 probes in `TokenizersBackend._encode_plus" in text
-    assert "behind" not in text
+    assert "behind" not in text and "native profile" not in text
+    native = report.attribution_section({"v3": {"probes.jsonl": s | {"profiled": True, "native": True}}})
+    assert "(native profile: every thread is sampled, waiting ones too)" in native
 
 
 def test_a_missing_or_cut_profile_is_an_error(tmp_path: Path):
@@ -92,3 +94,18 @@ def test_a_thread_blocked_on_its_child_process_pipe_is_waiting():
             "_read_exact (sglang/srt/managers/tokenizer_manager.py:81)"]
     assert all(attribution._WAITING.match(frame) for frame in pipe_waits)
     assert not any(attribution._WAITING.match(frame) for frame in work)
+
+
+def test_profile_native_reaches_the_session_and_replaces_gil_sampling():
+    """--profile-native: py-spy samples every thread with its C frames (--native --idle); the
+    default stays --gil --nonblocking (a sample is the GIL's holder, the server never stopped)."""
+    health_stall = pytest.importorskip("lab.health_stall", reason="needs the host lab (//lab:unit_test)")
+    import argparse
+
+    def command(native: bool) -> list[str]:
+        args = argparse.Namespace(interval_ms=10.0, flood_minutes=0.0, mixed_minutes=0.0, no_profile=False,
+                                  profile_rate_hz=100, profile_native=native, no_metrics=False)
+        return health_stall.session_command(args, ["multimodal_16x48MP"])
+
+    assert "--profile-native" in command(True) and "--py-spy" in command(True)
+    assert "--profile-native" not in command(False)
