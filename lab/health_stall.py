@@ -343,6 +343,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--reshape", action="store_true",
                         help="only re-shape the raw data of the finished run in --out (no containers)")
     args = parser.parse_args(argv)
+    if args.profile_native and args.no_profile:
+        parser.error("--profile-native picks how py-spy samples; --no-profile turns py-spy off: give one of them")
     if args.reshape:
         if not args.out:
             raise SystemExit("health_stall: --reshape needs --out DIR of a finished run")

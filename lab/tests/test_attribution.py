@@ -109,3 +109,5 @@ def test_profile_native_reaches_the_session_and_replaces_gil_sampling():
 
     assert "--profile-native" in command(True) and "--py-spy" in command(True)
     assert "--profile-native" not in command(False)
+    with pytest.raises(SystemExit):
+        health_stall.main(["--profile-native", "--no-profile"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import functools
 import hashlib
 import io
 import posixpath
@@ -62,9 +63,10 @@ SHARED = [p for p in LAYERS if "_shared_" in p.name]
 OWN = [p for p in LAYERS if p not in SHARED]
 
 
-def _files(layer: Path) -> set[str]:
+@functools.cache  # the shared layer is read once, not once per own layer
+def _files(layer: Path) -> frozenset[str]:
     with tarfile.open(layer) as tar:
-        return {m.name for m in tar if not m.isdir()}
+        return frozenset(m.name for m in tar if not m.isdir())
 
 
 @pytest.mark.parametrize("own", OWN, ids=[p.name for p in OWN])
@@ -72,5 +74,5 @@ def test_no_file_of_the_shared_layer_is_in_a_bases_own_layer(own: Path) -> None:
     """A base stacks its own wheels on the shared layer: a path in both would be hidden by the
     upper layer, and the shared layer's RECORD would then describe bytes the image does not hold."""
     assert SHARED, "no recipes/bases/*_shared_wheels.tar in the test's runfiles; add it to the data"
-    both = sorted(set.intersection(*(_files(p) for p in SHARED + [own])))
+    both = sorted(frozenset.intersection(*(_files(p) for p in SHARED + [own])))
     assert not both, f"{len(both)} paths are in {SHARED[0].name} and {own.name}, e.g. {both[:5]}"
