@@ -462,10 +462,11 @@ def test_a_stopped_json_process_is_killed_at_its_deadline(parse_calls, short_dea
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 def test_a_hung_interpreter_costs_one_start_deadline_and_holds_no_lock(
-    make_tokenizer_manager, glm_tokenizer, tmp_path, monkeypatch
+    make_tokenizer_manager, glm_tokenizer, tmp_path, monkeypatch, caplog
 ):
     """sys.executable starts but never answers: the lane gives up after START_DEADLINE_S, encodes
-    in its thread and does not try again; meanwhile no lock is held (shutdown, another lane)."""
+    in its thread and does not try again; meanwhile no lock is held (shutdown, another lane).
+    The fallback's warning names the deadline it waited."""
     from sglang.srt.managers import offload_process
 
     started = tmp_path / "started"
@@ -477,6 +478,8 @@ def test_a_hung_interpreter_costs_one_start_deadline_and_holds_no_lock(
     hung.chmod(0o755)
     monkeypatch.setattr(offload_process.sys, "executable", str(hung))
     monkeypatch.setattr(offload_process, "START_DEADLINE_S", 2.0)
+    monkeypatch.setattr(offload_process.STATS, "_logged", set())  # warned once per process
+    caplog.set_level(logging.WARNING, logger=offload_process.logger.name)
     tm = make_tokenizer_manager(glm_tokenizer)  # the bulk lane starts its child now
     lock_free: List[bool] = []
 
@@ -502,6 +505,9 @@ def test_a_hung_interpreter_costs_one_start_deadline_and_holds_no_lock(
     assert delta.get("tokenizer_process.start_failures") == 1, delta
     assert delta.get("tokenizer_process.fallbacks") == 2, delta
     assert all(p.closed for p in tm._tokenizer_processes)
+    # The deadline set at run time is the one the child got (bound at class definition, the
+    # patched value was ignored and the lane waited out the 60 s default).
+    assert any("within 2 s" in r.getMessage() for r in caplog.records), caplog.text
 
 
 @pytest.mark.detects_stock_bug
@@ -776,13 +782,17 @@ def test_library_mode_keeps_the_switch_interval(make_tokenizer_manager, glm_toke
 def test_a_child_nice_out_of_range_is_refused_at_start(value):
     """SGLANG_OFFLOAD_CHILD_NICE outside 0-19 (or not an integer) stops the server at import
     with an error naming the setting. Unchecked, a negative value kills every child in os.nice
-    (it needs CAP_SYS_NICE) and 20 or more is silently clamped to 19."""
+    (it needs CAP_SYS_NICE) and 20 or more is silently clamped to 19. The module runs as the
+    children run it (a script, stdlib only): the same module-level check as the server's
+    import, without the 5 s import of sglang per value."""
     import subprocess
+
+    from sglang.srt.managers import offload_process
 
     env = dict(os.environ, SGLANG_OFFLOAD_CHILD_NICE=value)
     run = subprocess.run(
-        [sys.executable, "-c", "import sglang.srt.managers.offload_process"],
-        env=env, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-P", offload_process.__file__, "tokenizer"],
+        env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
     )
     assert run.returncode != 0
     error = run.stderr.splitlines()[-1]
