@@ -77,6 +77,8 @@ class Podman:
             "--security-opt", "label=disable",
             # py-spy reads the server's memory (process_vm_readv) from a sibling process.
             "--cap-add", "SYS_PTRACE",
+            # The session runs below the servers' priority (--client-nice) and starts them at 0.
+            "--cap-add", "SYS_NICE",
         ]
         for key, value in sorted(env.items()):
             args += ["--env", f"{key}={value}"]

@@ -148,6 +148,17 @@ def tokenizer_section(tokenizer: dict | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def priority_section(sessions: dict) -> str:
+    """At which nice value the lab's client work ran, and each arm's servers as read from /proc."""
+    parts = []
+    for arm, session in sessions.items():
+        servers = session.get("server_nice")
+        read = ", ".join(str(n) for n in servers) if servers else "not recorded"
+        parts.append(f"{arm}: client {session.get('client_nice', 'not recorded')}, servers {read}")
+    return ("Priority (nice; the prober runs at the servers' 0; the client's nice also covers py-spy and"
+            " the lab's podman calls): " + "; ".join(parts) + ".\n")
+
+
 def offload_table(offload: dict, arms: tuple[str, ...]) -> str:
     """The offload counters' deltas per arm and phase (sglang:offload_events_total on /metrics)."""
     from lab.offload import EVENTS, PATHS, path_events

@@ -46,6 +46,8 @@ import mixed_plan  # noqa: E402
 import workload  # noqa: E402
 
 SHM = Path("/dev/shm")
+# The priority the servers and the prober run at whatever --client-nice is: production's.
+SERVER_NICE = 0
 SETTLE_S = 1.0
 FLOOD_PROBE_TIMEOUT_S = 3.0
 
@@ -105,6 +107,9 @@ class Sent:
 class Report:
     server_commands: list[list[str]] = field(default_factory=list)
     server_ready_s: list[float] = field(default_factory=list)
+    client_nice: int = 0
+    # Each server's process priority as read from /proc once it answered /health.
+    server_nice: list[int] = field(default_factory=list)
     requests: list[Sent] = field(default_factory=list)
     flood: dict | None = None
     mixed: dict | None = None
@@ -181,7 +186,7 @@ class Server:
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             self.command, env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=_server_priority,
         )
         self.pgid = self.proc.pid  # start_new_session: the leader's pid is the group id
         self.pids: set[int] = {self.proc.pid}
@@ -233,12 +238,24 @@ class Server:
         return sorted(self.group_pids())
 
 
+def _server_priority() -> None:
+    """In the forked child, before exec: back to SERVER_NICE from the session's --client-nice
+    (raising a priority needs CAP_SYS_NICE; without it Popen fails, naming this function)."""
+    os.setpriority(os.PRIO_PROCESS, 0, SERVER_NICE)
+
+
+def process_nice(pid: int) -> int:
+    """The nice value of a process (field 19 of /proc/PID/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[16])
+
+
 class Prober:
     def __init__(self, port: int, interval_ms: float, timeout_s: float, out: Path) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "prober.py"), "--port", str(port), "--interval-ms", str(interval_ms),
              "--timeout-s", str(timeout_s), "--out", str(out)],
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL, preexec_fn=_server_priority,
         )
 
     def stop(self) -> None:
@@ -455,6 +472,11 @@ class Session:
         self.report.server_commands.append(self.server.command)
         ready = self.server.wait_ready(self.args.server_timeout_s)
         self.report.server_ready_s.append(round(ready, 1))
+        nice = process_nice(self.server.proc.pid)
+        self.report.server_nice.append(nice)
+        if nice != SERVER_NICE:
+            raise SessionError(f"{name} runs at nice {nice}, not {SERVER_NICE}: the measurement would not be"
+                               " production's")
         print(f"session: {name} ready after {ready:.1f} s", flush=True)
 
     def start_profiler(self, name: str) -> None:
@@ -602,10 +624,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--server-arg", action="append", default=[], help="extra launch_server argument")
     parser.add_argument("--no-metrics", action="store_true",
                         help="start the servers without --enable-metrics (no offload counters)")
+    parser.add_argument("--client-nice", type=int, choices=range(0, 20), default=0, metavar="0-19",
+                        help="this process's priority (its client work and py-spy); the servers and the"
+                             " prober run at 0 (default: 0)")
     args = parser.parse_args(argv)
 
+    # Threads and processes started from here on inherit it; _server_priority undoes it for
+    # the servers and the prober.
+    os.setpriority(os.PRIO_PROCESS, 0, args.client_nice)
     args.out.mkdir(parents=True, exist_ok=True)
-    report = Report()
+    report = Report(client_nice=args.client_nice)
     report.shm_before = _shm_entries()
     session = Session(args, report)
     try:

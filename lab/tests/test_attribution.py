@@ -104,10 +104,12 @@ def test_profile_native_reaches_the_session_and_replaces_gil_sampling():
 
     def command(native: bool) -> list[str]:
         args = argparse.Namespace(interval_ms=10.0, flood_minutes=0.0, mixed_minutes=0.0, no_profile=False,
-                                  profile_rate_hz=100, profile_native=native, no_metrics=False)
+                                  profile_rate_hz=100, profile_native=native, no_metrics=False,
+                                  client_nice=10)
         return health_stall.session_command(args, ["multimodal_16x48MP"])
 
     assert "--profile-native" in command(True) and "--py-spy" in command(True)
     assert "--profile-native" not in command(False)
+    assert command(False)[command(False).index("--client-nice") + 1] == "10"
     with pytest.raises(SystemExit):
         health_stall.main(["--profile-native", "--no-profile"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -218,16 +219,38 @@ def test_server_command_has_enable_metrics(tmp_path, monkeypatch):
         pid = 12345
 
     def fake_popen(command, **kwargs):
-        started["command"], started["env"] = command, kwargs["env"]
+        started["command"], started["env"], started["preexec_fn"] = command, kwargs["env"], kwargs["preexec_fn"]
         return _Proc()
 
     monkeypatch.setattr(session, "metrics_mode", lambda no_metrics: (True, None))
     monkeypatch.setattr(subprocess, "Popen", fake_popen)
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "/somewhere")
     monkeypatch.setattr(session.Server, "wait_ready", lambda self, timeout_s: 0.0)
+    nice = {12345: 0}
+    monkeypatch.setattr(session, "process_nice", lambda pid: nice[pid])
     s = session.Session(argparse.Namespace(no_metrics=False, port=1, out=tmp_path, server_arg=[],
                                            server_timeout_s=1.0), session.Report())
     s.start_server(tmp_path, ["--enable-multimodal"], "server")
     assert started["command"][-2:] == ["--enable-multimodal", "--enable-metrics"]
+    assert started["preexec_fn"] is session._server_priority and s.report.server_nice == [0]
+    s.server._log.close()
+    nice[12345] = 10  # a server left at the client's priority is refused, not measured
+    with pytest.raises(session.SessionError, match="nice 10"):
+        s.start_server(tmp_path, [], "server")
     assert "PROMETHEUS_MULTIPROC_DIR" not in started["env"]  # sglang makes its own per server
     s.server._log.close()
+
+
+def test_process_nice_reads_a_childs_priority():
+    import subprocess
+    import sys
+
+    import session
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
+                             preexec_fn=lambda: os.nice(3))
+    try:
+        assert session.process_nice(child.pid) == os.getpriority(os.PRIO_PROCESS, 0) + 3
+    finally:
+        child.communicate(b"")
+
