@@ -184,9 +184,9 @@ class Server:
         env.setdefault("SGLANG_CPU_OMP_THREADS_BIND", "all")
         self.log_path = out / f"{name}.log"
         self._log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            self.command, env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_server_priority,
+        self.proc = spawn_at_server_priority(
+            "server", self.command, env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self.pgid = self.proc.pid  # start_new_session: the leader's pid is the group id
         self.pids: set[int] = {self.proc.pid}
@@ -239,9 +239,18 @@ class Server:
 
 
 def _server_priority() -> None:
-    """In the forked child, before exec: back to SERVER_NICE from the session's --client-nice
-    (raising a priority needs CAP_SYS_NICE; without it Popen fails, naming this function)."""
+    """In the forked child, before exec: back to SERVER_NICE from the session's --client-nice."""
     os.setpriority(os.PRIO_PROCESS, 0, SERVER_NICE)
+
+
+def spawn_at_server_priority(what: str, command: list[str], **popen) -> subprocess.Popen:
+    try:
+        return subprocess.Popen(command, preexec_fn=_server_priority, **popen)
+    except (subprocess.SubprocessError, PermissionError) as err:
+        raise SessionError(
+            f"cannot start the {what} at nice {SERVER_NICE}"
+            f" from this session's nice {os.getpriority(os.PRIO_PROCESS, 0)} ({err}): raising a priority needs"
+            " CAP_SYS_NICE (health_stall's containers have it); elsewhere run with --client-nice 0") from None
 
 
 def process_nice(pid: int) -> int:
@@ -252,10 +261,10 @@ def process_nice(pid: int) -> int:
 
 class Prober:
     def __init__(self, port: int, interval_ms: float, timeout_s: float, out: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(HERE / "prober.py"), "--port", str(port), "--interval-ms", str(interval_ms),
+        self.proc = spawn_at_server_priority(
+            "prober", [sys.executable, str(HERE / "prober.py"), "--port", str(port), "--interval-ms", str(interval_ms),
              "--timeout-s", str(timeout_s), "--out", str(out)],
-            stdin=subprocess.DEVNULL, preexec_fn=_server_priority,
+            stdin=subprocess.DEVNULL,
         )
 
     def stop(self) -> None:

@@ -254,3 +254,16 @@ def test_process_nice_reads_a_childs_priority():
     finally:
         child.communicate(b"")
 
+
+def test_a_server_that_cannot_get_its_priority_back_is_a_clear_error(monkeypatch):
+    import subprocess
+
+    import session
+
+    def refused(command, **kwargs):
+        raise subprocess.SubprocessError("Exception occurred in preexec_fn.")
+
+    monkeypatch.setattr(subprocess, "Popen", refused)
+    with pytest.raises(session.SessionError, match="server at nice 0 .*CAP_SYS_NICE.*--client-nice 0"):
+        session.spawn_at_server_priority("server", ["python3", "-m", "sglang.launch_server"])
+
