@@ -504,6 +504,9 @@ class Session:
 
     def start_prober(self, timeout_s: float, file_name: str) -> None:
         self.prober = Prober(self.args.port, self.args.interval_ms, timeout_s, self.args.out / file_name)
+        nice = process_nice(self.prober.proc.pid)  # set before exec, so already final here
+        if nice != SERVER_NICE:
+            raise SessionError(f"the prober runs at nice {nice}, not {SERVER_NICE}: it would report its own delay")
 
     def stop_prober(self) -> None:
         if self.prober is not None:
