@@ -32,6 +32,10 @@ from tools.podman.rootfs import UnpackError
 from tools.podman.spec import GIB, Mount, RunSpec, default_cache_root
 
 DRIVER = Path(__file__).parent / "in_image" / "pytest_driver.py"
+# The sharding plugin the driver imports (the host launcher's own).
+SHARD_PLUGIN = Path(__file__).parents[1] / "python" / "pytest_shard.py"
+# Bazel's sharding variables that reach the container; the status file stays on the host.
+SHARD_ENV = ("TEST_TOTAL_SHARDS", "TEST_SHARD_INDEX")
 # Under /tmp because that is a tmpfs in the bubblewrap sandbox, where mount points can be made.
 RUN_DIR = "/tmp/glm53-run"
 OUT_DIR = "/tmp/glm53-out"
@@ -91,6 +95,16 @@ def _stage_tests(files: list[str], dest: Path) -> None:
         shutil.copyfile(name, target)
 
 
+def _shard_env() -> dict[str, str]:
+    """The shard of a sharded target (`shard_count`) for the driver, which deals the tests; the
+    status file is touched here, where Bazel reads it, to say the split is honoured."""
+    env = {name: os.environ[name] for name in SHARD_ENV if name in os.environ}
+    status = os.environ.get("TEST_SHARD_STATUS_FILE")
+    if env and status:
+        Path(status).touch()
+    return env
+
+
 def _scratch_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="run_in_image.", dir=os.environ.get("TEST_TMPDIR")))
 
@@ -136,6 +150,7 @@ def cmd_suite(args: argparse.Namespace) -> int:
     run_dir.mkdir()
     out_dir.mkdir()
     shutil.copyfile(DRIVER, run_dir / "pytest_driver.py")
+    shutil.copyfile(SHARD_PLUGIN, run_dir / SHARD_PLUGIN.name)
     mounts = [Mount(run_dir, RUN_DIR), Mount(out_dir, OUT_DIR, read_only=False)]
     targets = list(args.tests)
     if args.host_tests:
@@ -150,7 +165,8 @@ def cmd_suite(args: argparse.Namespace) -> int:
     spec = RunSpec(
         image=image,
         command=["python3", f"{RUN_DIR}/pytest_driver.py", "--report", f"{OUT_DIR}/report.json", "--", *pytest_args],
-        env={"PYTHONDONTWRITEBYTECODE": "1", suite.EXPECTATION_ENV: args.expect, **parse_pairs(args.env, "env")},
+        env={"PYTHONDONTWRITEBYTECODE": "1", suite.EXPECTATION_ENV: args.expect, **_shard_env(),
+             **parse_pairs(args.env, "env")},
         mounts=mounts,
         memory_bytes=int(args.memory_gib * GIB),
         shm_bytes=int(args.shm_gib * GIB),

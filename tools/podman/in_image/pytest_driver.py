@@ -1,17 +1,21 @@
 """Runs pytest inside the image and writes a JSON report of every test's outcome and markers.
 
-Copied into the container read-only by run_in_image.py; needs only the image's Python and
-its pytest. The report lets the host decide what a run means (e.g. "on the stock image,
-exactly the tests marked detects_stock_bug fail") without parsing pytest's text output.
+Copied into the container read-only by run_in_image.py, with tools/python/pytest_shard.py
+beside it; needs only the image's Python and its pytest. A sharded target's shard (Bazel's
+TEST_TOTAL_SHARDS / TEST_SHARD_INDEX, passed in by the runner) runs and reports only its
+tests. The report lets the host decide what a run means (e.g. "on the stock image, exactly the
+tests marked detects_stock_bug fail") without parsing pytest's text output.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 import pytest
+from pytest_shard import Shard
 
 
 def _crash_message(report) -> str:
@@ -71,7 +75,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     recorder = _Recorder()
-    exit_code = int(pytest.main(pytest_args, plugins=[recorder]))
+    shard = Shard.from_env(os.environ)
+    exit_code = int(pytest.main(pytest_args, plugins=[recorder] + ([shard] if shard else [])))
     report = {
         "exit_code": exit_code,
         "python": sys.version.split()[0],

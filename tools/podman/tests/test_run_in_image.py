@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.podman import run_in_image
+from tools.podman import run_in_image, suite
 from tools.podman.tests.host_image import layer_of, python_rootfs, write_layout, write_tree
 
 BACKEND = os.environ.get("GLM53_TEST_BACKEND", "bwrap")
@@ -80,6 +80,25 @@ def test_markers_select_the_deterministic_or_the_timing_tests(
     code = _suite(images["patched"], "--tests", "/usr/share/glm53-engine/glm53_test/tests", "--markers", markers)
     assert code == 0
     assert f"in-image suite OK (all-pass): {tests} tests: {tests} passed;" in capsys.readouterr().out
+
+
+def test_shards_of_a_sharded_target_split_the_suite(images, capsys, monkeypatch, tmp_path: Path) -> None:
+    # As Bazel runs a target with shard_count = 2: each shard runs and judges only its own
+    # tests, together they run each test once, and the runner touches the status file.
+    status = tmp_path / "shard_status"
+    monkeypatch.setenv("TEST_SHARD_STATUS_FILE", str(status))
+    monkeypatch.setenv("TEST_TOTAL_SHARDS", "2")
+    counts = []
+    for index in range(2):
+        monkeypatch.setenv("TEST_SHARD_INDEX", str(index))
+        code = _suite(images["patched"], "--tests", "/usr/share/glm53-engine/glm53_test/tests",
+                      "--report-out", str(tmp_path / f"report{index}.json"))
+        assert code == 0, capsys.readouterr()
+        counts.append(len(suite.load_report(tmp_path / f"report{index}.json")))
+    assert counts == [3, 2], counts
+    nodeids = [r.nodeid for i in range(2) for r in suite.load_report(tmp_path / f"report{i}.json")]
+    assert len(nodeids) == len(set(nodeids)) == 5, nodeids  # the suite's 5 tests, each once
+    assert status.exists(), "Bazel reads the touched status file as 'this runner shards'"
 
 
 def test_stock_image_fails_exactly_the_marked_tests(images, monkeypatch) -> None:

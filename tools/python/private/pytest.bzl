@@ -14,11 +14,12 @@ def py_pytest_test(name, srcs, deps = [], data = [], args = [], **kwargs):
       **kwargs: passed to py_test (size, env, tags, ...).
     """
     launcher = "//tools/python:pytest_main.py"
+    shard = "//tools/python:pytest_shard.py"
     kwargs.setdefault("size", "small")
     test_files = [s for s in srcs if not s.endswith("conftest.py")]
     native.py_test(
         name = name,
-        srcs = srcs + [launcher],
+        srcs = srcs + [launcher, shard],
         main = launcher,
         python_version = "PY3",
         deps = deps + [requirement("pytest")],
