@@ -26,6 +26,7 @@ os.environ.setdefault("SGLANG_OFFLOAD_CHILD_GROWTH_LIMIT_MB", str(1 << 30))
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
+import math  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -67,6 +68,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=16)
     parser.add_argument("--side", type=int, default=3000)
+    parser.add_argument("--child-only", action="store_true",
+                        help="skip the in-process arm: the host then holds only the child's memory"
+                        " (64 x 9 MP needs it on a 24 GiB host)")
     args = parser.parse_args()
 
     from glm_tokenizer import build_tokenizer
@@ -80,11 +84,12 @@ def main() -> None:
     kwargs = glm_vision.mm_kwargs(obj)
     print(f"request: {args.count} x {args.side}x{args.side} PNG, {body_mb:.1f} MB of base64")
 
-    output, total, gap = worst_gil_gap(lambda: asyncio.run(vision.processor.process_mm_data_async(**kwargs)))
-    features = sum(i.feature.numel() * i.feature.element_size() for i in output.mm_items)
-    print(f"in-process (worker thread): {total:.2f} s, worst GIL gap {gap * 1000:.0f} ms, "
-          f"features {features / 2**20:.0f} MiB")
-    del output
+    if not args.child_only:
+        output, total, gap = worst_gil_gap(lambda: asyncio.run(vision.processor.process_mm_data_async(**kwargs)))
+        features = sum(i.feature.numel() * i.feature.element_size() for i in output.mm_items)
+        print(f"in-process (worker thread): {total:.2f} s, worst GIL gap {gap * 1000:.0f} ms, "
+              f"features {features / 2**20:.0f} MiB")
+        del output
 
     pool = vision.pool(workers=1, max_queued=0)
     try:
@@ -99,12 +104,16 @@ def main() -> None:
         peak = _PeakWatcher(child.pid)
         output, total, gap = worst_gil_gap(lambda: asyncio.run(pool.process(kwargs, args.count, never)))
         peak_kib = peak.stop()
+        segments = sum(math.prod(f.shape) * f.dtype.itemsize for i in output.mm_items
+                       for f in [i.feature] if hasattr(f, "shm_name"))
         discard_mm_inputs_shm(output)
         del output
-        print(f"child process: {total:.2f} s, worst GIL gap {gap * 1000:.0f} ms")
+        print(f"child process: {total:.2f} s, worst GIL gap {gap * 1000:.0f} ms, "
+              f"features in /dev/shm segments {segments / 2**20:.0f} MiB")
         live = [p for p in pool._processes if not p.closed]
         after = (f"idle after {_status_kib(child.pid, 'VmRSS') / 1024:.0f} MiB" if child in live
                  else "replaced after the request (SGLANG_OFFLOAD_CHILD_GROWTH_LIMIT_MB is set)")
+        # VmHWM: resident pages at their peak, the segments the child mapped to write included.
         print(f"child RSS: ready {ready_kib / 1024:.0f} MiB, peak {peak_kib / 1024:.0f} MiB, {after}")
     finally:
         pool.close()
