@@ -10,7 +10,8 @@ with this directory on PYTHONPATH and SGLANG_PLUGINS=lab_fake_scheduler.
 The fake speaks the scheduler's ZMQ contract (sglang-targets.md §5.3): it connects PULL to
 `scheduler_input_ipc_name`, reports ready through the pipe `run_scheduler_process` sends
 `get_init_info()` on, and answers every TokenizedGenerateReqInput with a finished one-token
-BatchStrOutput PUSHed straight to `tokenizer_ipc_name` (the detokenizer is left idle). The
+BatchStrOutput PUSHed straight to `tokenizer_ipc_name` (the detokenizer is left idle); a
+ShutdownReq ends its loop, so the process exits as the real scheduler's does. The
 reply's prompt_tokens is len(input_ids), so clients read the real tokenizer's count back.
 Multimodal features sent through /dev/shm are opened and unlinked as the real scheduler does.
 
@@ -206,7 +207,9 @@ class FakeScheduler:
         return init_info()
 
     def run_event_loop(self) -> None:
-        while True:
+        # Until a ShutdownReq, as the real loop: the server's SIGTERM path sends one and waits up
+        # to 15 s for the scheduler process to exit before it kills the tree.
+        while not self.gracefully_exit:
             self.handle(self._recv_one())
 
     def _recv_one(self):
@@ -218,6 +221,7 @@ class FakeScheduler:
         """Answers one message (a request or a batch of them); returns what was seen."""
         from sglang.srt.managers.io_struct import (
             BatchTokenizedGenerateReqInput,
+            ShutdownReq,
             TokenizedGenerateReqInput,
             sock_send,
         )
@@ -236,6 +240,8 @@ class FakeScheduler:
                     unwrap_shm_features(req)
                     received = replace(received, mm_feature_sha256=features_digest(req.mm_inputs))
                 sock_send(self._send, reply_for(req))
+            elif isinstance(req, ShutdownReq):
+                self.gracefully_exit = True
             seen.append(received)
         self._log(seen)
         return seen

@@ -96,6 +96,13 @@ def test_framing_over_real_zmq_sockets(tmp_path: Path):
         assert [s.kind for s in fake.handle(fake._recv_one())] == ["AbortReq"]
         with pytest.raises(zmq.Again):
             from_scheduler.recv(zmq.NOBLOCK)
+
+        # The server's SIGTERM path sends a ShutdownReq and waits for the scheduler process to
+        # exit: the loop returns (without it every engine stop waited out sglang's 15 s).
+        sock_send(to_scheduler, io_struct.ShutdownReq())
+        assert [s.kind for s in fake.handle(fake._recv_one())] == ["ShutdownReq"]
+        assert fake.gracefully_exit
+        fake.run_event_loop()  # returns at once: the loop has ended
     finally:
         fake.release_host_resources()
         to_scheduler.close(linger=0)
