@@ -4,8 +4,10 @@
     patch_bump_check(name = "bump_check", candidates = pin_sglang_candidates(), series = ["v3"],
                      tests = [":v3_tests"], patch_tests = {"v1/x.diff": ["v1/tests/test_x.py"]})
 
-Not in defs.bzl: the check runs tests in images (tools/podman), whose rules load tools/oci,
-which loads defs.bzl for PatchChainInfo.
+Not in defs.bzl: the check runs tests in images, so it loads tools/podman (and through it
+tools/oci); keeping it here keeps those loads out of every file that loads defs.bzl for the
+chain rules or PatchChainInfo. (No load cycle requires it: tools/oci loads nothing of
+tools/patches.)
 """
 
 load("//tools/patches/private:bump_check.bzl", _patch_bump_check = "patch_bump_check")

@@ -18,7 +18,7 @@ def _one_action(env, mnemonic):
     asserts.equals(env, 1, len(found), "%s actions of %s" % (mnemonic, analysistest.target_under_test(env).label))
     return found[0] if found else None
 
-# --- oci_image ----------------------------------------------------------------------------------
+# --- oci_image ------------------------------------------------------------------------------------
 
 def _image_providers_impl(ctx):
     env = analysistest.begin(ctx)

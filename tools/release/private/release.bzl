@@ -10,7 +10,7 @@ def _recipe(ctx):
     label = ctx.attr.image.label
     return "//%s:%s" % (label.package, label.name)
 
-# --- facts ------------------------------------------------------------------------------------
+# --- facts ----------------------------------------------------------------------------------------
 
 def _facts_impl(ctx):
     image = ctx.attr.image[OciImageInfo]
@@ -55,7 +55,7 @@ release_facts = rule(
     },
 )
 
-# --- bazel run targets ------------------------------------------------------------------------
+# --- bazel run targets ----------------------------------------------------------------------------
 
 def _release_run_impl(ctx):
     image = ctx.attr.image[OciImageInfo]
@@ -91,7 +91,7 @@ push_run = rule(
     },
 )
 
-# --- record test ------------------------------------------------------------------------------
+# --- record test ----------------------------------------------------------------------------------
 
 def _record_test_impl(ctx):
     chain = ctx.attr.chain[PatchChainInfo]
@@ -119,7 +119,7 @@ release_record_test = rule(
     },
 )
 
-# --- evidence ---------------------------------------------------------------------------------
+# --- evidence -------------------------------------------------------------------------------------
 
 def _evidence_impl(ctx):
     image = ctx.attr.image[OciImageInfo]
