@@ -31,6 +31,10 @@ from typing import Any, Awaitable, Callable, Iterator, List, Optional
 
 import pytest
 
+# These tests stand in for the HTTP server, where the offload children are on by default
+# (offload_process.serve_http); a test of library mode (children off) unsets it.
+os.environ.setdefault("SGLANG_OFFLOAD_IN_HTTP_SERVER", "1")
+
 # The hard limit of a blocking stand-in: only reached when the code under test ran it inline
 # on the loop (so the loop could not release it); a regression then fails instead of hanging.
 HOLD_SECONDS = 5.0

@@ -454,9 +454,14 @@ def test_engine_shutdown_keeps_the_original_error_and_runs_every_step(monkeypatc
 
 
 def own_segments() -> set:
-    """This process's multimodal segments (`make_shm_name("mm")` embeds the pid)."""
-    marker = f"_mm_{os.getpid()}_"
-    return {name for name in os.listdir(SHM_DIR) if marker in name}
+    """This process's multimodal segments: their names carry this process's owner token
+    (offload_process.segment_owner), or its pid on a tree without owners (stock 0.5.19)."""
+    try:
+        from sglang.srt.managers.offload_process import segment_owner
+    except ImportError:
+        return {name for name in os.listdir(SHM_DIR) if f"_mm_{os.getpid()}_" in name}
+    prefix = segment_owner().prefix("mm")
+    return {name for name in os.listdir(SHM_DIR) if name.startswith(prefix)}
 
 
 @pytest.fixture
