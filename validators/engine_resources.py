@@ -50,14 +50,13 @@ def shm_findings(model: Model, tier: Tier) -> list[Finding]:
     return findings
 
 
-def _int_option(argv: list[str], flag: str, default: int) -> int | None:
+def _int_option(argv: list[str], flags: tuple[str, ...], default: int) -> int | None:
     for i, token in enumerate(argv):
-        if token == flag and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif token.startswith(flag + "="):
-            value = token.split("=", 1)[1]
-        else:
+        name = token.split("=", 1)[0]
+        if name not in flags:
             continue
+        value = token.split("=", 1)[1] if "=" in token else (argv[i + 1] if i + 1 < len(argv)
+                                                             else "")
         return int(value) if value.isdigit() else None
     return default
 
@@ -67,8 +66,8 @@ def parallelism_findings(model: Model, tier: Tier) -> list[Finding]:
     for name in topology.engines(model.as_compose_file()):
         service = model.services[name]
         argv = command_argv(service.get("command"))
-        tp = _int_option(argv, "--tp-size", 1)
-        pp = _int_option(argv, "--pp-size", 1)
+        tp = _int_option(argv, ("--tp-size", "--tensor-parallel-size"), 1)
+        pp = _int_option(argv, ("--pp-size", "--pipeline-parallel-size"), 1)
         gpus = topology.device_ids(service)
         where = join_path("services", name, "command")
         if tp is None or pp is None:

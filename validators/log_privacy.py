@@ -5,14 +5,17 @@
                      `$http_<header>` whose name says token/secret/auth, ...) or a body
                      (`$request_body`); no `error_log` logs at `debug` level, which writes the
                      request headers. The collector ships every log off the host.
+  engine-log-privacy an engine logs request metadata only: `--log-requests-level` (SGLang's
+                     default 2 when `--log-requests` is given without it) at most 1; levels 2
+                     and 3 write prompts, images and outputs into the engine's log
 """
 
 from __future__ import annotations
 
 import re
 
-from validators import nginx_conf
-from validators.compose_doc import Finding
+from validators import nginx_conf, topology
+from validators.compose_doc import Finding, command_argv, join_path
 from validators.model import Model
 from validators.service_classes import NGINX_LOG_PRIVACY
 from validators.tier import Tier
@@ -54,4 +57,33 @@ def log_privacy_findings(model: Model, tier: Tier) -> list[Finding]:
     return findings
 
 
-RULES = (log_privacy_findings,)
+# SGLang's --log-requests-level: 0 metadata, 1 + sampling parameters, 2 + partial input/output,
+# 3 everything. Its default when --log-requests is on and no level is given.
+MAX_ENGINE_LOG_LEVEL = 1
+DEFAULT_ENGINE_LOG_LEVEL = 2
+
+
+def engine_log_findings(model: Model, tier: Tier) -> list[Finding]:
+    findings = []
+    for name in topology.engines(model.as_compose_file()):
+        argv = command_argv(model.services[name].get("command"))
+        level: int | None = None
+        for i, token in enumerate(argv):
+            value = (argv[i + 1] if token == "--log-requests-level" and i + 1 < len(argv)
+                     else token.split("=", 1)[1] if token.startswith("--log-requests-level=")
+                     else None)
+            if value is not None:
+                level = int(value) if value.isdigit() else DEFAULT_ENGINE_LOG_LEVEL + 1
+                where = join_path("services", name, "command", i)
+        if level is None and "--log-requests" in argv:
+            level, where = DEFAULT_ENGINE_LOG_LEVEL, join_path(
+                "services", name, "command", argv.index("--log-requests"))
+        if level is not None and level > MAX_ENGINE_LOG_LEVEL:
+            findings.append(model.finding(where, (
+                f"engine-log-privacy: request logging at level {level} writes prompts, images "
+                f"and outputs into the engine's log ({NGINX_LOG_PRIVACY.why}); use "
+                f"--log-requests-level 0 (metadata only)")))
+    return findings
+
+
+RULES = (log_privacy_findings, engine_log_findings)

@@ -52,7 +52,7 @@ from validators import (cli, dcgm_fields, engine_resources, log_privacy, nginx_c
 from validators.compose_doc import Finding, command_argv, join_path
 from validators.model import Model, default_compose_bin, load_model
 from validators.releases import Releases, ReleaseError, load_release_dir
-from validators.tier import TIERS, Tier
+from validators.tier import TIERS, HealthPolicy, Tier
 from validators.topology import (device_ids, engine_port, inference_proxies, is_nginx_service,
                                  listen_ports, location_of, nginx_configs, proxy_routes,
                                  published_ports, upstream_hosts)
@@ -289,7 +289,7 @@ def healthcheck_findings(model: Model, ctx: Context) -> list[Finding]:
 
 
 def _engine_timing(model: Model, where: str, check: Mapping[str, Any],
-                   health: Any) -> list[Finding]:
+                   health: HealthPolicy) -> list[Finding]:
     """Timings against the proxy's probe policy and the documented cold start."""
     findings = []
     retries = check.get("retries")

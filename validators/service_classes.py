@@ -95,10 +95,12 @@ LOGGING = _mapping({
     }, rule="log-rotation", required=True, why=ROTATION_WHY),
 }, rule="log-rotation", required=True, why=ROTATION_WHY)
 
-HEALTHCHECK_KEYS = {key: _judged("engine-healthcheck/healthcheck-bounds")
-                    for key in ("test", "interval", "timeout", "retries", "start_period")}
-HEALTHCHECK_KEYS["disable"] = _absent("service-keys", "a disabled healthcheck proves nothing; "
-                                      "remove the healthcheck instead (sidecar-class)")
+HEALTHCHECK_KEYS: Mapping[str, Allow] = MappingProxyType({
+    **{key: _judged("engine-healthcheck/healthcheck-bounds/healthcheck-can-fail")
+       for key in ("test", "interval", "timeout", "retries", "start_period")},
+    "disable": _absent("service-keys", "a disabled healthcheck proves nothing; remove the "
+                       "healthcheck instead (sidecar-class)"),
+})
 
 NO_HOST_NAMESPACE = {
     "network_mode": _absent("service-keys", (
@@ -136,8 +138,8 @@ SIDECAR_COMMON: Mapping[str, Allow] = MappingProxyType({
     "cap_drop": _judged("sidecar-class"),
     "read_only": _judged("sidecar-class"),
     "security_opt": _judged("sidecar-class"),
-    "healthcheck": _mapping({k: v for k, v in HEALTHCHECK_KEYS.items()},
-                            why="presence judged by sidecar-class, timings by healthcheck-bounds"),
+    "healthcheck": _mapping(HEALTHCHECK_KEYS, why=(
+        "presence judged by sidecar-class, timings by healthcheck-bounds")),
 })
 
 ENGINE_KEYS: Mapping[str, Allow] = MappingProxyType({
@@ -151,8 +153,8 @@ ENGINE_KEYS: Mapping[str, Allow] = MappingProxyType({
     "tmpfs": _judged("engine-shm"),
     "shm_size": _judged("engine-shm"),
     "ports": _judged("engine-no-host-port"),
-    "healthcheck": _mapping(HEALTHCHECK_KEYS, required=True, why=(
-        "judged by meaning (engine-healthcheck): the proxy and the registrar act on it")),
+    # Presence and meaning: engine-healthcheck (the proxy and the registrar act on it).
+    "healthcheck": _mapping(HEALTHCHECK_KEYS, why="judged by meaning (engine-healthcheck)"),
     "depends_on": _judged("start-order"),
     "deploy": _mapping({
         "resources": _mapping({
@@ -246,7 +248,7 @@ CLASSES: Mapping[str, ServiceClass] = MappingProxyType({c.name: c for c in (
         ports=_absent("collector-exposure", (
             "the collector's OTLP receivers (4317/4318) take unauthenticated telemetry and its "
             "exporter holds the ingest token; the apps reach it on the project network, "
-            "nothing on the host or beyond may")), extra={}),
+            "nothing on the host or beyond may"))),
 )})
 
 # DCGM fields the GPU monitor must export: the signals that say a GPU is failing (the rollout

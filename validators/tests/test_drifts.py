@@ -281,6 +281,25 @@ def test_nginx_logs_credentials_or_bodies(check_inputs, tmp_path, variable) -> N
         f"{shown} ({NGINX_LOG_PRIVACY.why}); drop them from the format"])
 
 
+def test_engines_log_full_requests(check_inputs, tmp_path) -> None:
+    def edit(service: dict[str, Any]) -> None:
+        argv = service["command"]
+        argv[argv.index("--log-requests-level") + 1] = "3"
+
+    files = on_engines(check_inputs, tmp_path, edit)
+
+    def expected(p: Path) -> list[str]:
+        return [f"{p}: services.{e}.command[{load(p)['services'][e]['command'].index('--log-requests-level')}]: "
+                "engine-log-privacy: request logging at level 3 writes prompts, images and "
+                f"outputs into the engine's log ({NGINX_LOG_PRIVACY.why}); use "
+                "--log-requests-level 0 (metadata only)" for e in engine_names(p)]
+
+    result = assert_generator_edit_caught(check_inputs, files, expected, contract_sees=True)
+    assert result.by_validator()["glm53-prod-contract"] == [
+        f"{p}: services.{e}.command: drifted token: `--log-requests-level 3`, contract requires "
+        "`--log-requests-level 0`" for p in files for e in engine_names(p)]
+
+
 # --- the collector's exposure ------------------------------------------------------------------
 
 def test_collector_mounts_the_docker_socket(check_inputs, tmp_path) -> None:
