@@ -30,7 +30,7 @@ and the request-path rules of validators/request_path.py (upstream-port, registr
 mounted-files, sidecar-class, model-revision, gpu-monitor), the per-class allow tables
 (service_keys.py: service-keys, service-mounts, log-rotation, collector-exposure), start order
 (start_order.py), engine-shm and engine-parallelism (engine_resources.py), nginx-log-privacy
-(log_privacy.py) and dcgm-fields (dcgm_fields.py).
+and engine-log-privacy (log_privacy.py) and dcgm-fields (dcgm_fields.py).
 """
 
 from __future__ import annotations

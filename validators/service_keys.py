@@ -95,6 +95,12 @@ def service_key_findings(model: Model, tier: Tier) -> list[Finding]:
     findings = []
     for name, service in sorted(model.services.items()):
         cls = class_of(model, tier, name)
+        row = tier.sidecar_class(name)
+        if cls is None and row is not None:
+            # A tier row without an allow table would leave its services' keys unchecked.
+            findings.append(model.finding(join_path("services", name), (
+                f"service-keys: the {tier.name} tier's {row.name} row has no allow table; "
+                f"state every key its services may have in {TABLE} (CLASSES)")))
         if cls is None or not isinstance(service, Mapping):
             continue  # sidecar-class reports a service of no class
         findings += _walk(model, join_path("services", name), cls, cls.keys, service)

@@ -11,14 +11,18 @@ silent. Measured before these rules: 2 of the issue's 20 drifts caught.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
+from validators.model import load_model
 from validators.service_classes import CLASSES, LOGGING, NGINX_LOG_PRIVACY
+from validators.service_keys import service_key_findings
 from validators.tests.harness import (CheckInputs, assert_generator_edit_caught, engine_names,
                                       generator_mutation, load, run_check)
+from validators.tier import GLM53_H200, SidecarClass
 
 ENGINE = CLASSES["engine"].keys
 SHM_WHY = ("ipc: host gives the engine the host's /dev/shm; a 64-image request writes ~8.8 GiB "
@@ -405,6 +409,19 @@ def test_tp8_on_four_gpus(check_inputs, tmp_path) -> None:
     assert contract == [
         f"{p}: services.{e}.command: drifted token: `--tp-size 8`, contract requires "
         "`--tp-size 4`" for p in files for e in engine_names(p)]
+
+
+def test_tier_row_without_an_allow_table(check_inputs) -> None:
+    """A sidecar row added to the tier table without a class here would go unchecked."""
+    path = check_inputs.compose_files[0]
+    model = load_model(path, str(path), check_inputs.compose_bin)
+    tier = replace(GLM53_H200, sidecars=(
+        SidecarClass("edge-cache", ("nginx",), pin="nginx", restart="unless-stopped",
+                     healthcheck=False, memory="1g"), *GLM53_H200.sidecars))
+    assert [f.render() for f in service_key_findings(model, tier)] == [
+        f"{path}: services.nginx: service-keys: the glm53-h200 tier's edge-cache row has no "
+        "allow table; state every key its services may have in validators/service_classes.py "
+        "(CLASSES)"]
 
 
 # --- the production contract on every file -----------------------------------------------------
