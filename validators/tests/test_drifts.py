@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import pytest
 
+from validators.cli import tool_path
 from validators.model import load_model
 from validators.service_classes import CLASSES, LOGGING, NGINX_LOG_PRIVACY
 from validators.service_keys import service_key_findings
@@ -414,7 +415,8 @@ def test_tp8_on_four_gpus(check_inputs, tmp_path) -> None:
 def test_tier_row_without_an_allow_table(check_inputs) -> None:
     """A sidecar row added to the tier table without a class here would go unchecked."""
     path = check_inputs.compose_files[0]
-    model = load_model(path, str(path), check_inputs.compose_bin)
+    # Under Bazel the binary is a runfiles-relative path; model.py runs it from another cwd.
+    model = load_model(path, str(path), tool_path(check_inputs.compose_bin))
     tier = replace(GLM53_H200, sidecars=(
         SidecarClass("edge-cache", ("nginx",), pin="nginx", restart="unless-stopped",
                      healthcheck=False, memory="1g"), *GLM53_H200.sidecars))
