@@ -5,9 +5,10 @@ judges the file as written; `config -q` judges it through the same binary).
 
     bazel run //validators:check -- compose/*.yaml
 
-Runs structure, nginx, telemetry, services, runtime (Compose's canonical model) and, on a file
-whose deployment has a production contract, the contract with the file it derives from. Exit 0
-only when every validator accepts every file; each validator prints its own report.
+Runs structure, nginx, telemetry, services, runtime (Compose's canonical model) and the
+production contract of the file's deployment on every file (with the file it derives from, when
+its contract has one). Exit 0 only when every validator accepts every file; each validator
+prints its own report.
 """
 
 from __future__ import annotations
@@ -22,10 +23,7 @@ from typing import Callable
 from validators import (cli, nginx_check, prod_contract, runtime, services, structure,
                         telemetry)
 from validators.compose_doc import LoadError, labels_map, load_compose
-from validators.glm53_contract import W4AFP8_LONG_CONTEXT, W4AFP8_LONG_CONTEXT_SOURCE
-
-# Deployment label (`nearai.otel.deployment`) -> the production contract's source file name.
-CONTRACTS = {W4AFP8_LONG_CONTEXT.deployment: W4AFP8_LONG_CONTEXT_SOURCE}
+from validators.glm53_contract import CONTRACTS
 
 
 def _workspace(sub: str) -> str:
@@ -89,19 +87,22 @@ def main(argv: list[str] | None = None) -> int:
         (runtime.main, ["--compose-bin", compose_bin, "--nginx-bin", args.nginx_bin, *releases,
                         *(["--series-dir", args.series_dir] if args.series_dir else []), *files]),
     ]
+    # Every file gets its deployment's contract; prod_contract itself fails a file whose
+    # deployment has none (or a file it cannot load).
     for raw in files:
-        source_name = CONTRACTS.get(deployment(cli.user_path(raw)) or "")
-        if source_name is None:
-            continue
-        source = _source(args, cli.user_path(raw), source_name)
-        if source is None:
-            print(f"check: {raw}: the production contract derives this file from "
-                  f"{source_name}, found neither next to it nor in --compose-dir; pass --source",
-                  file=sys.stderr)
-            failed = 1
-            continue
-        runs.append((prod_contract.main, ["--compose-bin", compose_bin, *releases, "--source",
-                                          source, raw]))
+        contract = CONTRACTS.get(deployment(cli.user_path(raw)) or "")
+        source_args: list[str] = []
+        if contract is not None and contract.source is not None:
+            source = _source(args, cli.user_path(raw), contract.source)
+            if source is None:
+                print(f"check: {raw}: the production contract derives this file from "
+                      f"{contract.source}, found neither next to it nor in --compose-dir; pass "
+                      "--source", file=sys.stderr)
+                failed = 1
+                continue
+            source_args = ["--source", source]
+        runs.append((prod_contract.main, ["--compose-bin", compose_bin, *releases, *source_args,
+                                          raw]))
     for run, run_argv in runs:
         failed += run(run_argv) != 0
         sys.stdout.flush()

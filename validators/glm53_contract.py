@@ -1,9 +1,11 @@
-"""The GLM-5.3 W4AFP8 long-context production contract, declared independently of the generator.
+"""The GLM-5.3 production contracts, one per generated compose file, declared independently of the
+generator.
 
-The generator writes the compose file from its variant tables; this table is the second, separate
-statement of what production must run. A change that is meant must be made in both places, so a
-change that is not meant cannot pass silently. Image digests are not typed here: each replica
-names the recipe whose release record (recipes/releases/<recipe>.json) gives its digest.
+The generator writes the compose files from its variant tables; these tables are the second,
+separate statement of what production must run. A change that is meant must be made in both
+places, so a change that is not meant cannot pass silently. Image digests are not typed here:
+each replica names the recipe whose release record (recipes/releases/<recipe>.json) gives its
+digest. A file binds its contract by its `nearai.otel.deployment` label (CONTRACTS).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ class ReplicaContract:
     pdi: int
     dist_init: str
     qsplit: bool
-    hicache_budget: str  # the SGLANG_HICACHE_RAM_BUDGET value (host-overridable)
+    hicache_budget: str | None  # SGLANG_HICACHE_RAM_BUDGET (host-overridable); None: no HiCache
     # The stall dump's per-replica kill switch (v3 releases only), host-overridable.
     stall_dump_secs: str | None = None
 
@@ -46,7 +48,7 @@ class LongTierOverlay:
 
 @dataclass(frozen=True)
 class FileContract:
-    """What the long-context file must contain; see README for the rule list."""
+    """What one generated file must contain; see README for the rule list."""
 
     deployment: str  # the file's `nearai.otel.deployment` label: which file this contract binds
     services: tuple[str, ...]
@@ -60,6 +62,9 @@ class FileContract:
     # the reason; everything else outside the engines must be equal.
     derived_differences: Mapping[str, str] = field(default_factory=dict)
     overlay: LongTierOverlay | None = None
+    # The compose file (by name) this one derives from: outside the engines and the overlay
+    # the two must be equal (whole-file rule). None: a file of its own.
+    source: str | None = None
 
     def replica(self, name: str) -> ReplicaContract | None:
         return next((r for r in self.replicas if r.name == name), None)
@@ -74,7 +79,8 @@ class FileContract:
 
     def environment(self, replica: ReplicaContract) -> dict[str, str]:
         env = dict(self.env_template)
-        env["SGLANG_HICACHE_RAM_BUDGET"] = replica.hicache_budget
+        if replica.hicache_budget is not None:
+            env["SGLANG_HICACHE_RAM_BUDGET"] = replica.hicache_budget
         if replica.qsplit:
             env["SGLANG_DSA_INDEXER_QSPLIT"] = "1"
         if replica.stall_dump_secs is not None:
@@ -91,11 +97,9 @@ FORBIDDEN_ENV = (
     "SGLANG_ADMISSION_RESERVE_DEBUG",
 )
 
-# Checkpoint and chat-template revisions are the pin table rows PIN:<name> names.
-W4AFP8_LONG_CONTEXT_ARGV = """
-sglang serve
---model-path graphistry/GLM-5.3-Flash-W4AFP8
---revision PIN:hf_glm53_flash_w4afp8
+# Checkpoint and chat-template revisions are the pin table rows PIN:<name> names. Every file
+# runs the same argv around its checkpoint; HiCache and the flags of one file follow it.
+SHARED_ARGV = """
 --served-model-name z-ai/glm-5.3-flash
 --tp-size 4
 --ep-size 4
@@ -130,6 +134,21 @@ sglang serve
 --log-requests-level 0
 --disable-fast-image-processor
 --limit-mm-data-per-request '{"image": 64}'
+"""
+
+W4AFP8_CHECKPOINT = """
+sglang serve
+--model-path graphistry/GLM-5.3-Flash-W4AFP8
+--revision PIN:hf_glm53_flash_w4afp8
+"""
+
+FP8_CHECKPOINT = """
+sglang serve
+--model-path zai-org/GLM-5.3-Flash
+--revision PIN:hf_glm53_flash_fp8
+"""
+
+W4AFP8_LONG_CONTEXT_ARGV = W4AFP8_CHECKPOINT + SHARED_ARGV + """
 --enable-hierarchical-cache
 --hicache-write-policy write_through
 --hicache-io-backend direct
@@ -137,7 +156,15 @@ sglang serve
 --max-prefill-tokens 32768
 """
 
-W4AFP8_LONG_CONTEXT_ENV = MappingProxyType({
+W4AFP8_ARGV = W4AFP8_CHECKPOINT + SHARED_ARGV + """
+--max-prefill-tokens 32768
+"""
+
+FP8_ARGV = FP8_CHECKPOINT + SHARED_ARGV + """
+--moe-runner-backend deep_gemm
+"""
+
+BASE_ENV = MappingProxyType({
     "HF_TOKEN": "${HUGGING_FACE_HUB_TOKEN:?HUGGING_FACE_HUB_TOKEN must be set}",
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
@@ -152,20 +179,40 @@ W4AFP8_LONG_CONTEXT_ENV = MappingProxyType({
     "TILELANG_CACHE_DIR": "/root/.cache/tilelang",
     "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0",
     "SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1",
+})
+
+W4AFP8_LONG_CONTEXT_ENV = MappingProxyType({
+    **BASE_ENV,
     "SGLANG_HICACHE_CUDA_HOST_MEMORY": "${GLM53_HICACHE_CUDA_HOST_MEMORY:-1}",
     "SGLANG_HICACHE_POOLED_TRANSFERS": "1",
     "SGLANG_HICACHE_STAGING_PAGES": "64",
 })
 
+# The base files keep the production base image's admission reserve (the long-context tier
+# disables it).
+ADMISSION_RESERVE_ENV = MappingProxyType({
+    **BASE_ENV,
+    "SGLANG_CHUNKED_PREFILL_ADMISSION_RESERVE": "4096",
+    "SGLANG_ADMISSION_RESERVE_MAX_FRACTION": "0.75",
+})
+
+SERVICES = ("model-downloader", "hf-cleanup", "nginx", "model-proxy-registrar", "proxy-glm53",
+            "ENGINE1", "ENGINE2", "glm53-perception-check", "glm53-soak-relay", "dcgm-glm53",
+            "otelcol-contrib")
+
+
+def _services(prefix: str) -> tuple[str, ...]:
+    return tuple(s.replace("ENGINE", prefix) for s in SERVICES)
+
 REPLICA_PREFIX = "model-sg-glm53-w4afp8-tp4-r"
+FP8_REPLICA_PREFIX = "model-sg-glm53-fp8-tp4-r"
+
+# The file the long-context file derives from (whole-file rule), by its compose file name.
+W4AFP8_LONG_CONTEXT_SOURCE = "GLM-5.3-Flash-SGL-TP4-W4AFP8.yaml"
 
 W4AFP8_LONG_CONTEXT = FileContract(
     deployment="glm53-flash-sgl-tp4-w4afp8-long-context",
-    services=(
-        "model-downloader", "hf-cleanup", "nginx", "model-proxy-registrar", "proxy-glm53",
-        f"{REPLICA_PREFIX}1", f"{REPLICA_PREFIX}2", "glm53-perception-check",
-        "glm53-soak-relay", "dcgm-glm53", "otelcol-contrib",
-    ),
+    services=_services(REPLICA_PREFIX),
     replicas=(
         ReplicaContract(1, f"{REPLICA_PREFIX}1", "//recipes:glm53_v2", ("0", "1", "2", "3"),
                         chunk=8192, pdi=1, dist_init="127.0.0.1:29510", qsplit=True,
@@ -187,7 +234,41 @@ W4AFP8_LONG_CONTEXT = FileContract(
         server_name="glm-5-3-flash-long.completions.near.ai",
         registrar_env=("LONG_HTTP_PORT", "LONG_MODEL_NAME", "LONG_SERVER_NAME", "LONG_TIER_ONLY"),
     ),
+    source=W4AFP8_LONG_CONTEXT_SOURCE,
 )
 
-# The file the long-context file derives from (whole-file rule), by its compose file name.
-W4AFP8_LONG_CONTEXT_SOURCE = "GLM-5.3-Flash-SGL-TP4-W4AFP8.yaml"
+
+def _v1_replicas(prefix: str) -> tuple[ReplicaContract, ...]:
+    """Two v1 replicas, chunk 4096, pdi 1, no split, no HiCache (the base files)."""
+    return tuple(ReplicaContract(i, f"{prefix}{i}", "//recipes:glm53_v1", gpus, chunk=4096,
+                                 pdi=1, dist_init=f"127.0.0.1:{29499 + i}", qsplit=False,
+                                 hicache_budget=None)
+                 for i, gpus in ((1, ("0", "1", "2", "3")), (2, ("4", "5", "6", "7"))))
+
+
+W4AFP8 = FileContract(
+    deployment="glm53-flash-sgl-tp4-w4afp8",
+    services=_services(REPLICA_PREFIX),
+    replicas=_v1_replicas(REPLICA_PREFIX),
+    argv_template=W4AFP8_ARGV,
+    env_template=ADMISSION_RESERVE_ENV,
+    proxy="proxy-glm53",
+    backend_urls_var="GLM53_BACKEND_URLS",
+    forbidden_env=FORBIDDEN_ENV,
+)
+
+FP8 = FileContract(
+    deployment="glm53-flash-sgl-tp4",
+    services=_services(FP8_REPLICA_PREFIX),
+    replicas=_v1_replicas(FP8_REPLICA_PREFIX),
+    argv_template=FP8_ARGV,
+    env_template=ADMISSION_RESERVE_ENV,
+    proxy="proxy-glm53",
+    backend_urls_var="GLM53_BACKEND_URLS",
+    forbidden_env=FORBIDDEN_ENV,
+)
+
+# Deployment label -> its contract: every generated file binds one (check.py refuses a file
+# whose deployment has none).
+CONTRACTS: Mapping[str, FileContract] = MappingProxyType(
+    {c.deployment: c for c in (W4AFP8_LONG_CONTEXT, W4AFP8, FP8)})

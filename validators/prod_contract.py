@@ -1,4 +1,7 @@
-"""The GLM-5.3 W4AFP8 long-context production contract (rules in validators/README.md).
+"""The GLM-5.3 production contracts, one per generated file (rules in validators/README.md).
+
+The contract is the one whose deployment is the file's `nearai.otel.deployment` label
+(glm53_contract.CONTRACTS); a file no contract binds fails.
 
   * exact service set (missing and unexpected both reported);
   * per replica: image = its release record, argv = the template with its own chunk, pdi and
@@ -28,8 +31,7 @@ from validators import cli, nginx_conf
 from validators.compose_doc import (ComposeFile, Finding, InterpolationError, LoadError,
                                     command_argv, env_map, interpolate, join_path, labels_map,
                                     load_yaml_text)
-from validators.glm53_contract import (W4AFP8_LONG_CONTEXT, FileContract, LongTierOverlay,
-                                       ReplicaContract)
+from validators.glm53_contract import CONTRACTS, FileContract, LongTierOverlay, ReplicaContract
 from validators.releases import (ReleaseError, Releases, carries_split, load_release_dir,
                                  load_releases)
 from validators.secrets import shown
@@ -391,7 +393,7 @@ def validate(compose: ComposeFile, contract: FileContract, releases: Releases | 
     for name in present:
         if name not in contract.services:
             findings.append(compose.finding(join_path("services", name), (
-                "unexpected service: the long-context file runs exactly "
+                f"unexpected service: the {contract.deployment} file runs exactly "
                 f"{', '.join(contract.services)}")))
     for spec in contract.replicas:
         if isinstance(compose.services.get(spec.name), Mapping):
@@ -429,7 +431,24 @@ def check(compose: ComposeFile, args: argparse.Namespace) -> list[Finding]:
             source = cli.load(args.source, args.compose_bin)
         except LoadError as exc:
             return [compose.finding("", f"source file: {exc}")]
-    return validate(compose, W4AFP8_LONG_CONTEXT, releases, source)
+    name = deployment_of(compose)
+    contract = CONTRACTS.get(name or "")
+    if contract is None:
+        return [compose.finding("", (
+            f"no production contract binds deployment {name!r} (the nearai.otel.deployment "
+            f"label); contracts: {', '.join(sorted(CONTRACTS))}; state one in "
+            "validators/glm53_contract.py"))]
+    return validate(compose, contract, releases, source)
+
+
+def deployment_of(compose: ComposeFile) -> str | None:
+    """The file's `nearai.otel.deployment` label (every generated service carries it)."""
+    for service in compose.services.values():
+        if isinstance(service, Mapping):
+            name = labels_map(service.get("labels")).get("nearai.otel.deployment")
+            if name:
+                return name
+    return None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

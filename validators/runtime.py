@@ -6,15 +6,19 @@ itself fails here. Every message starts with the rule's name; the path is the mo
 
   host-port-unique     no host port (ip/port/protocol) published twice, profiles included
   gpu-inventory        every GPU id exists on the host (H200: 0-7); engines' GPU sets disjoint
-  engine-runtime       ipc, ulimits, runtime, init, restart, grace period, shm, volumes: equal
+  engine-runtime       ipc, ulimits, runtime, init, restart, grace period, volumes: equal
                        across replicas and equal to the tier's table
   engine-no-host-port  engines publish no host port (traffic goes through the inference proxy)
   public-metrics       a real nginx proxies no /metrics or /v1/metrics path (by prefix:
                        /metrics/, /metrics/x, /metricsz, ...) on any public listener
   public-routes        public nginx listeners (published ports of an nginx started by default)
                        route only to inference proxies; any nginx upstream must be a service
-  engine-healthcheck   every engine checks `/health` with a timeout under the proxy's
+  engine-healthcheck   every engine checks `/health` of its own port with a timeout under the
+                       proxy's, retries = the proxy's missed probes, interval x retries within
+                       the tier's detection bound, start_period covering the cold start
   healthcheck-bounds   no healthcheck waits longer than the tier allows (interval, timeout)
+  healthcheck-can-fail no healthcheck test forces success (`|| true`, `exit 0`, NONE, a Python
+                       handler that swallows the failure)
   sidecar-memory       every service that is not an engine has the memory limit of its tier row
   engine-identity      engine_image = the digest's first 12 hex; config_variant's c<chunk>,
                        qsplit, pdi<n> match the argv/env and the offload marker matches the
@@ -23,7 +27,10 @@ itself fails here. Every message starts with the rule's name; the path is the mo
                        variables are `${VAR}` references (location reported, never the value)
 
 and the request-path rules of validators/request_path.py (upstream-port, registrar-ports,
-mounted-files, sidecar-class, model-revision, gpu-monitor).
+mounted-files, sidecar-class, model-revision, gpu-monitor), the per-class allow tables
+(service_keys.py: service-keys, service-mounts, log-rotation, collector-exposure), start order
+(start_order.py), engine-shm and engine-parallelism (engine_resources.py), nginx-log-privacy
+and engine-log-privacy (log_privacy.py) and dcgm-fields (dcgm_fields.py).
 """
 
 from __future__ import annotations
@@ -40,11 +47,12 @@ from typing import Any, Callable, Mapping
 
 from tools.oci.reference import pinned_digest
 from tools.release.schema import Record
-from validators import cli, nginx_conf, nginx_probe, request_path, secrets, topology
+from validators import (cli, dcgm_fields, engine_resources, log_privacy, nginx_conf, nginx_probe,
+                        request_path, secrets, service_keys, start_order, topology)
 from validators.compose_doc import Finding, command_argv, join_path
 from validators.model import Model, default_compose_bin, load_model
 from validators.releases import Releases, ReleaseError, load_release_dir
-from validators.tier import TIERS, Tier
+from validators.tier import TIERS, HealthPolicy, Tier
 from validators.topology import (device_ids, engine_port, inference_proxies, is_nginx_service,
                                  listen_ports, location_of, nginx_configs, proxy_routes,
                                  published_ports, upstream_hosts)
@@ -130,8 +138,8 @@ def gpu_findings(model: Model, ctx: Context) -> list[Finding]:
 
 # --- engine runtime parity ------------------------------------------------------------------
 
-RUNTIME_KEYS = ("ipc", "runtime", "init", "restart", "stop_grace_period", "ulimits", "shm_size",
-                "volumes")
+# shm_size (and any other /dev/shm mount) is engine-shm's (engine_resources.py).
+RUNTIME_KEYS = ("ipc", "runtime", "init", "restart", "stop_grace_period", "ulimits", "volumes")
 
 
 def _runtime_view(service: Mapping[str, Any]) -> dict[str, Any]:
@@ -146,7 +154,7 @@ def _table_view(tier: Tier) -> dict[str, Any]:
     e = tier.engine
     return {"ipc": e.ipc, "runtime": e.runtime, "init": e.init, "restart": e.restart,
             "stop_grace_period": e.stop_grace_period_s,
-            "ulimits": json.loads(json.dumps(dict(e.ulimits))), "shm_size": e.shm_size,
+            "ulimits": json.loads(json.dumps(dict(e.ulimits))),
             "volumes": sorted(e.volumes)}
 
 
@@ -261,10 +269,16 @@ def healthcheck_findings(model: Model, ctx: Context) -> list[Finding]:
                 findings.append(model.finding(join_path(where, key), (
                     f"engine-healthcheck: set {key} (Compose's default does not fit an engine "
                     "that loads for minutes)")))
+        findings += _engine_timing(model, where, check, health)
     for name, service in sorted(model.services.items()):
         check = service.get("healthcheck") or {}
         if not check or check.get("disable"):
             continue
+        reason = cannot_fail(check.get("test"))
+        if reason:
+            findings.append(model.finding(join_path("services", name, "healthcheck", "test"), (
+                f"healthcheck-can-fail: the test {reason}, so the service is healthy whatever "
+                "happens; let the probe's failure be the test's exit status")))
         for key, limit in (("interval", health.max_interval_s), ("timeout", health.max_timeout_s)):
             value = seconds(check.get(key))
             if value is not None and value > limit:
@@ -272,6 +286,51 @@ def healthcheck_findings(model: Model, ctx: Context) -> list[Finding]:
                     f"healthcheck-bounds: {key} {check.get(key)} exceeds the tier's {limit:g}s; "
                     "a failure would go unnoticed that long")))
     return findings
+
+
+def _engine_timing(model: Model, where: str, check: Mapping[str, Any],
+                   health: HealthPolicy) -> list[Finding]:
+    """Timings against the proxy's probe policy and the documented cold start."""
+    findings = []
+    retries = check.get("retries")
+    if retries not in (None, 0) and retries != health.proxy_missed_probes:
+        findings.append(model.finding(join_path(where, "retries"), (
+            f"engine-healthcheck: retries {retries}, the inference proxy drops a replica after "
+            f"{health.proxy_missed_probes} missed {health.proxy_timeout_s:g}s probes; use "
+            f"{health.proxy_missed_probes} so Docker and the proxy agree on a dead replica")))
+    interval = seconds(check.get("interval"))
+    if interval is not None and isinstance(retries, int) and interval * retries > \
+            health.engine_max_detect_s:
+        findings.append(model.finding(join_path(where, "interval"), (
+            f"engine-healthcheck: interval {check.get('interval')} x retries {retries} = "
+            f"{interval * retries:g}s before Docker calls a dead engine unhealthy, over the "
+            f"tier's {health.engine_max_detect_s:g}s (the proxy has dropped it long before)")))
+    start = seconds(check.get("start_period"))
+    if start is not None and start < health.engine_cold_start_s:
+        findings.append(model.finding(join_path(where, "start_period"), (
+            f"engine-healthcheck: start_period {check.get('start_period')} is shorter than the "
+            f"documented cold start ({health.engine_cold_start_s / 60:g} min); a loading "
+            "replica would be called unhealthy (and restarted by a health-driven manager)")))
+    return findings
+
+
+# A test whose status is forced to 0: `|| true`, `|| :`, `; exit 0`, a Python handler that
+# swallows the failure. NONE disables the check altogether.
+_FORCED_OK = re.compile(r"(\|\||;|&&|^)\s*(true|:|exit(\s+0)?)\s*($|[;&|)])")
+_SWALLOWED = re.compile(r"\bexcept\b|\bexit\(0\)|sys\.exit\(\s*0?\s*\)|or\s+True\b")
+
+
+def cannot_fail(test: Any) -> str:
+    """Why a healthcheck test cannot fail, or "" when it can."""
+    argv = [str(t) for t in test] if isinstance(test, list) else [str(test or "")]
+    if not argv or argv[0] == "NONE":
+        return "is NONE (disabled)"
+    text = " ".join(argv[1:] if argv[0] in ("CMD", "CMD-SHELL") else argv)
+    if _FORCED_OK.search(text):
+        return f"forces success ({_FORCED_OK.search(text).group(0).strip()!r})"
+    if _SWALLOWED.search(text):
+        return f"swallows the probe's failure ({_SWALLOWED.search(text).group(0)!r})"
+    return ""
 
 
 _BYTES = re.compile(r"^(\d+)([bkmg]?)$")
@@ -392,11 +451,18 @@ def secret_findings(model: Model, ctx: Context) -> list[Finding]:
         findings.append(model.finding(path, (
             f"secret-by-value: looks like a credential ({', '.join(found)}; value not shown); "
             "take it from the host's environment as ${VAR:?message}")))
-    for path in secrets.named_literals(model.raw):
+    named = secrets.named_literals(model.raw)
+    for path in named:
         if path not in kinds:
             findings.append(model.finding(path, (
                 "secret-by-value: a credential-named variable holds a literal (value not shown); "
                 "take it from the host's environment as ${VAR:?message}")))
+    for path in secrets.fallback_paths(model.raw):
+        if path not in kinds and path not in named:
+            findings.append(model.finding(path, (
+                "secret-by-value: a credential-named host variable falls back to a literal "
+                "(`${VAR:-literal}`, value not shown): a host without it runs with that secret; "
+                "use ${VAR:?message}, or ${VAR:-} where it is optional")))
     return findings
 
 
@@ -414,7 +480,9 @@ def _on_tier(rule: Callable[[Model, Tier], list[Finding]]) -> Rule:
 RULES: tuple[Rule, ...] = (
     host_port_findings, gpu_findings, engine_runtime_findings, engine_port_findings,
     public_route_findings, public_metrics_findings, healthcheck_findings, memory_findings,
-    identity_findings, secret_findings, *map(_on_tier, request_path.RULES),
+    identity_findings, secret_findings,
+    *map(_on_tier, request_path.RULES + service_keys.RULES + start_order.RULES
+         + engine_resources.RULES + log_privacy.RULES + dcgm_fields.RULES),
 )
 
 

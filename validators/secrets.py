@@ -90,23 +90,44 @@ def scan(model_raw: dict[str, Any]) -> list[SecretHit]:
     return sorted(hits.values(), key=lambda h: (h.path, h.kind))
 
 
+# `${VAR:-default}` / `${VAR-default}`: the default is what runs when the host leaves VAR unset.
+DEFAULTED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?-([^}]*)\}")
+
+
 def named_literals(model_raw: dict[str, Any]) -> list[str]:
     """Dotted paths of environment entries whose name says credential but whose value is a
-    literal, not a `${VAR}` reference to the host's environment."""
+    literal, not a `${VAR}` reference to the host's environment. A non-empty fallback
+    (`${TOKEN:-changeme}`) is a literal: a host without TOKEN runs with it."""
     paths = []
     for name, service in (model_raw.get("services") or {}).items():
         for key, value in ((service or {}).get("environment") or {}).items():
-            if value and SECRET_NAME.search(key) and not REFERENCE.match(str(value)):
+            if value and SECRET_NAME.search(key) and (not REFERENCE.match(str(value))
+                                                      or literal_fallback(str(value))):
                 paths.append(join_path("services", name, "environment", key))
     return paths
+
+
+def literal_fallback(value: str) -> bool:
+    """A `${VAR:-default}` with a non-empty default (`${VAR:-}` only makes VAR optional)."""
+    return any(default for _, default in DEFAULTED.findall(value))
+
+
+def fallback_paths(model_raw: dict[str, Any]) -> list[str]:
+    """Dotted paths of strings anywhere in the model that default a credential-named host
+    variable to a literal (`--api-key ${API_KEY:-dev}`)."""
+    return [path for path, value in strings(model_raw)
+            if any(default and SECRET_NAME.search(var) for var, default in DEFAULTED.findall(value))]
 
 
 def shown(key: str, value: str | None) -> str:
     """A value for a message: repr when harmless, else only its shape (never the secret)."""
     if value is None:
         return "unset"
-    if REFERENCE.match(value):
+    if REFERENCE.match(value) and not literal_fallback(value):
         return repr(value)
+    if REFERENCE.match(value) and SECRET_NAME.search(key + value):
+        name = value[2:].split(":", 1)[0].split("-", 1)[0]
+        return f"'${{{name}:-<a literal, not shown>}}'"
     if SECRET_NAME.search(key) or looks_secret(value):
         return f"<a literal of {len(value)} characters, not shown>"
     return repr(value)

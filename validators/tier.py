@@ -33,7 +33,6 @@ class EngineRuntime:
     restart: str
     stop_grace_period_s: float
     ulimits: Mapping[str, Any]
-    shm_size: str | None  # None: not set (ipc: host shares the host's /dev/shm)
     volumes: tuple[tuple[str, str], ...]  # (volume source, container target)
 
 
@@ -43,6 +42,14 @@ class HealthPolicy:
     proxy_timeout_s: float  # the inference proxy's health-probe timeout; an engine's must be shorter
     max_interval_s: float  # any healthcheck: a longer interval notices a dead service too late
     max_timeout_s: float
+    # The proxy drops a replica after this many consecutive missed probes: Docker's verdict
+    # (which the registrar's start order and the rollout read) takes as many misses, no more.
+    proxy_missed_probes: int = 3
+    # interval x retries: how long Docker may keep calling a dead engine healthy.
+    engine_max_detect_s: float = 30.0
+    # The documented cold start (reference system: up to about 50 min); an engine's
+    # start_period must cover it, or Docker calls a loading replica unhealthy.
+    engine_cold_start_s: float = 3000.0
 
 
 @dataclass(frozen=True)
@@ -112,7 +119,6 @@ GLM53_H200 = Tier(
         restart="unless-stopped",
         stop_grace_period_s=300.0,
         ulimits=MappingProxyType({"memlock": -1, "nofile": {"soft": 65535, "hard": 65535}}),
-        shm_size=None,
         volumes=(("huggingface_cache", "/root/.cache/huggingface"),
                  ("kernel_cache", "/root/.cache/kernels")),
     ),

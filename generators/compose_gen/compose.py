@@ -272,7 +272,10 @@ class _Builder:
             ("stop_grace_period", "45s"),
             ("command", seq(["sh", "/register.sh"])),
             ("environment", _env(tuple(env))),
-            ("depends_on", cmap(("nginx", cmap(("condition", "service_started"))))),
+            # Registers only once every replica is healthy: the proxy answers /v1/models on
+            # its own, so the script's own wait cannot tell a loading replica from a ready one.
+            ("depends_on", cmap(("nginx", cmap(("condition", "service_started"))), *(
+                (r.service, cmap(("condition", "service_healthy"))) for r in self.rd.replicas))),
             ("configs", seq([cmap(("source", "registrar_script"), ("target", "/register.sh"))])),
             ("healthcheck", cmap(
                 ("test", seq(["CMD-SHELL",

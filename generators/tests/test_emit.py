@@ -49,6 +49,10 @@ def test_service_set_and_order(generated):
         assert doc["services"][name]["profiles"] == ["verification"]
     assert "depends_on" not in doc["services"]["proxy-glm53"]
     assert list(doc["services"]["nginx"]["depends_on"]) == ["proxy-glm53"]
+    # The registrar announces the host only once every replica is healthy.
+    assert doc["services"]["model-proxy-registrar"]["depends_on"] == {
+        "nginx": {"condition": "service_started"},
+        **{e: {"condition": "service_healthy"} for e in engines}}
 
 
 def test_anchors_and_merges(generated):

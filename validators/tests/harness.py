@@ -192,6 +192,21 @@ def generator_edit(ci: CheckInputs, tmp_path: Path, edit: Edit) -> list[Path]:
     return out
 
 
+def generator_mutation(ci: CheckInputs, tmp_path: Path,
+                       mutation: Callable[[dict[str, Any], Path], None]) -> list[Path]:
+    """Every committed file, loaded (merge keys resolved, aliases unshared) with the same
+    mutation, under its own name: what a generator change writes into every file."""
+    out = []
+    for path in ci.compose_files:
+        doc = json.loads(json.dumps(load(path)))
+        mutation(doc, path)
+        target = tmp_path / "edited" / path.name
+        target.parent.mkdir(exist_ok=True)
+        dump(doc, target)
+        out.append(target)
+    return out
+
+
 def engine_names(path: Path) -> list[str]:
     return sorted(engines(load_compose(path)))
 

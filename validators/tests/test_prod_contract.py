@@ -54,7 +54,8 @@ def test_service_renamed_reports_missing_and_unexpected(inputs: Inputs, mutate) 
     assert result.returncode == 1
     assert result.errors() == [
         f"{copy}: services.dcgm-glm53: missing service",
-        f"{copy}: services.dcgm-exporter: unexpected service: the long-context file runs exactly "
+        f"{copy}: services.dcgm-exporter: unexpected service: the {CONTRACT.deployment} file runs "
+        "exactly "
         + ", ".join(CONTRACT.services)]
 
 
