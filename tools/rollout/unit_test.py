@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -645,3 +646,101 @@ def test_rollback_command_restores_from_the_journal_copy(workspace: Path, capsys
     # No engine here: restoring r2 fails at Compose's `ps`, and the journal says so.
     assert rc == 3 and "ROLLBACK FAILED" in out
     assert jr.Journal.load(workspace / "j.json").state == jr.ROLLBACK_FAILED
+
+
+# -- the perception check the rollout runs (the committed file's own script) ---------------------------
+
+
+class Engine(BaseHTTPRequestHandler):
+    """An engine replica as the perception check sees it; the chat answer is up to the test."""
+
+    message: dict = {}
+    finish_reason = "stop"
+    asked: list[dict] = []  # the chat requests' bodies
+
+    def _json(self, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._json({"data": [{"id": "z-ai/glm-5.3-flash"}]} if self.path == "/v1/models" else {})
+
+    def do_POST(self) -> None:
+        Engine.asked.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self._json({"choices": [{"message": {"role": "assistant", **Engine.message},
+                                 "finish_reason": Engine.finish_reason}]})
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def engine(monkeypatch):
+    monkeypatch.setattr(Engine, "asked", [])
+    monkeypatch.setattr(Engine, "finish_reason", "stop")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Engine)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def _committed_check(tmp: Path) -> Path:
+    """The perception check as the committed file deploys it (its config content, via Compose)."""
+    path = tmp / "committed.yaml"
+    path.write_text(committed())
+    model = Compose(binary=COMPOSE_BIN, file=path, project="unit", profiles=("*",)).model()
+    script = tmp / "perception_check.py"
+    script.write_text(model["configs"]["perception_check"]["content"])
+    return script
+
+
+class CheckingCompose(FakeCompose):
+    """`run_check` runs the committed perception check against the test's engine."""
+
+    script: Path
+    engine_url: str
+
+    def run_check(self, service: str, env: dict, timeout_s: float) -> tuple[int, str]:
+        self.calls.append((self.revision, "check", service))
+        name = env["PERCEPTION_TARGETS"].split("=", 1)[0]
+        proc = subprocess.run([sys.executable, str(self.script)], capture_output=True, text=True, timeout=60,
+                              env={"MODEL_NAME": "z-ai/glm-5.3-flash", "PERCEPTION_TARGETS": f"{name}={self.engine_url}"})
+        return proc.returncode, proc.stdout + proc.stderr
+
+
+THINKING = {"content": None, "reasoning_content": "The image is one solid colour. The pixels are (220, 20, 20): red. "
+            "The user wants one word, so I will answer"}
+
+
+@pytest.mark.parametrize("message, rolled_back", [
+    (THINKING, False),  # the budget ran out while GLM was thinking: the thinking names the colour
+    ({"content": "Red.", "reasoning_content": "Solid red pixels."}, False),
+    ({"content": None, "reasoning_content": None}, True),  # nothing at all
+    ({"content": "", "reasoning_content": "Hmm, maybe blue?"}, True),  # wrong, in the thinking
+    ({"content": "Blue.", "reasoning_content": "It is not red, it is blue."}, True),  # the answer is judged
+    ({"content": "It is bored.", "reasoning_content": ""}, True),  # a word containing r-e-d is not red
+], ids=["all-reasoning", "answered", "empty", "wrong-reasoning", "wrong-answer", "substring"])
+def test_perception_check_judges_glm_reasoning(tmp_path: Path, health_server: int, engine: str, monkeypatch,
+                                               message: dict, rolled_back: bool) -> None:
+    monkeypatch.setattr(Engine, "message", message)
+    monkeypatch.setattr(Engine, "finish_reason", "length" if message is THINKING else "stop")
+    monkeypatch.setattr(CheckingCompose, "script", _committed_check(tmp_path), raising=False)
+    monkeypatch.setattr(CheckingCompose, "engine_url", engine, raising=False)
+    world, calls = {R2: "A-r2"}, []
+    monkeypatch.setattr(Health, "healthy", {f"B-{R2}-4", f"A-{R2}-8"})
+    said: list[str] = []
+    rollout = _rollout(tmp_path, health_server, world, calls, [R2], check_service="glm53-perception-check")
+    rollout.deployed = CheckingCompose("A", world, calls)
+    rollout.target = CheckingCompose("B", world, calls)
+    rollout.say = said.append
+    assert rollout.apply() == (1 if rolled_back else 0), "\n".join(said)
+    assert ("rolled back" in "\n".join(said)) == rolled_back
+    # GLM's thinking needs room: far more than the 512 tokens a one-word answer would.
+    assert Engine.asked and Engine.asked[0]["max_tokens"] >= 4096
+    if rolled_back:
+        assert "expected 'red' in the answer" in "\n".join(said)
