@@ -2,7 +2,7 @@
 
     bazel run //tools/rollout -- plan  --from compose/F@REV --to compose/F[@REV] --services S... [--env-file HOST_ENV]
     bazel run //tools/rollout -- apply --from compose/F@REV --to compose/F@REV --services S... \\
-        --project-name P --env-file HOST_ENV --journal J --verify-url URL \\
+        --project-name P --env-file HOST_ENV --journal J --verify-url URL/v1/chat/completions \\
         (--drain-via PROXY_SERVICE | --no-drain) [--bake-s 300] [--rehearsal]
     bazel run //tools/rollout -- apply --resume --journal J
     bazel run //tools/rollout -- rollback --journal J
@@ -31,6 +31,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+from urllib.parse import urlsplit
 
 from pins import deployable
 from tools.rollout import journal as jr
@@ -248,6 +249,15 @@ def check_options(args: argparse.Namespace, states: dict[str, ServiceState], all
                       f"service that checks one replica, or pass --no-check ({RUNBOOK}, \"Check\")")
 
 
+def check_verify_url(url: str) -> None:
+    """Verification must reach an engine: the proxy lists its model on /v1/models by itself."""
+    path = urlsplit(url).path.rstrip("/")
+    if not path.endswith("/v1/chat/completions"):
+        raise Refused(f"--verify-url {url}: verification posts a chat completion through the proxy path, which only an "
+                      f"engine can answer (the proxy answers {path or '/'} without one); pass the chat completions URL, "
+                      f"e.g. http://127.0.0.1:8000/v1/chat/completions ({RUNBOOK}, \"Verify\")")
+
+
 def check_running_revision(docker: DockerAPI, deployed: Compose, states: dict[str, ServiceState], services: list[str]) -> None:
     """The named services must run the deployed revision: a rollback restores exactly that."""
     for service in services:
@@ -292,8 +302,10 @@ def cmd_apply(args: argparse.Namespace, gate: Gate | None, validate: Validate | 
         finally:
             lock.release()
     if not (args.source and args.to and args.services and args.project_name and args.verify_url):
-        raise UsageError("apply needs --from, --to, --services, --project-name and --verify-url (a URL on the proxy "
-                         "path, e.g. http://127.0.0.1:8000/v1/models through nginx), or --resume --journal J")
+        raise UsageError("apply needs --from, --to, --services, --project-name and --verify-url (the chat completions "
+                         "URL on the proxy path, e.g. http://127.0.0.1:8000/v1/chat/completions through nginx), or "
+                         "--resume --journal J")
+    check_verify_url(args.verify_url)
     if args.rehearsal:
         check_rehearsal_endpoint(docker_host)
     else:
@@ -369,13 +381,15 @@ def _add_gate_args(p: argparse.ArgumentParser) -> None:
                    help="the compose service run against each rolled engine, directly (default: %(default)s)")
     p.add_argument("--check-timeout-s", type=float, default=Gates.check_timeout_s)
     p.add_argument("--no-check", action="store_true", help="skip the per-replica check")
-    p.add_argument("--verify-url", help="a URL on the proxy path (e.g. http://127.0.0.1:8000/v1/models via nginx)")
+    p.add_argument("--verify-url", help="the chat completions URL on the proxy path "
+                   "(e.g. http://127.0.0.1:8000/v1/chat/completions via nginx)")
     p.add_argument("--verify-requests", type=int, default=4, help="at least this many, each answering 200")
     p.add_argument("--verify-timeout-s", type=float, default=Gates.verify_timeout_s,
                    help="bound of one request through the proxy path")
     p.add_argument("--verify-within-s", type=float, default=Gates.verify_within_s,
-                   help="with --verify-upstream-header: bound for an answer to come from the rolled service")
-    p.add_argument("--verify-upstream-header", help="response header naming the backend that answered")
+                   help="bound for a request through the proxy to be served by the rolled service")
+    p.add_argument("--verify-upstream-header", help="response header naming the backend that answered (optional: the "
+                   "engine's own served-request counter is read either way)")
     p.add_argument("--verify-token-var", help="env-file key whose value is the proxy's bearer token (never printed)")
     p.add_argument("--bake-s", type=float, default=300.0, help="bake period after the gates (default: %(default)s)")
     p.add_argument("--max-restarts", type=int, default=1,

@@ -299,7 +299,7 @@ class Stack:
                 "--from", str(self.files[source]), "--to", str(self.files[target]), "--services", R2,
                 "--project-name", self.project, "--rehearsal", "--journal", str(self.tmp / journal),
                 "--drain-via", PROXY, "--probe-interval-s", "0.5", "--lock-dir", str(self.tmp / "locks"),
-                "--verify-url", f"http://127.0.0.1:{self.port}/v1/models", "--verify-upstream-header", "X-Upstream",
+                "--verify-url", f"http://127.0.0.1:{self.port}/v1/chat/completions", "--verify-upstream-header", "X-Upstream",
                 "--verify-timeout-s", str(PROXY_TIMEOUT_S), "--bake-s", "10"]
 
     def env(self) -> dict[str, str]:

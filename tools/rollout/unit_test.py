@@ -162,7 +162,7 @@ def _git(root: Path, *args: str) -> str:
 def _apply_argv(tmp: Path, *extra: str, to: str = "compose/to.yaml@HEAD") -> list[str]:
     return ["--compose-bin", str(COMPOSE_BIN), "apply", "--from", "compose/from.yaml@HEAD", "--to", to,
             "--services", REGISTRAR, "--project-name", "unit", "--journal", str(tmp / "j.json"),
-            "--lock-dir", str(tmp / "locks"), "--verify-url", "http://127.0.0.1:9/v1/models", *extra]
+            "--lock-dir", str(tmp / "locks"), "--verify-url", "http://127.0.0.1:9/v1/chat/completions", *extra]
 
 
 @pytest.fixture
@@ -379,10 +379,12 @@ class FakeDocker:
         return "h-" + container_id.split("-", 1)[0]  # the revision that started it
 
 
-def _rollout(tmp: Path, port: int, world: dict, calls: list, services: list[str], **gates) -> Rollout:
+def _rollout(tmp: Path, port: int, world: dict, calls: list, services: list[str], peers: tuple[str, ...] = (),
+             **gates) -> Rollout:
+    """`peers`: engines of both revisions that this rollout does not replace (they keep serving)."""
     journal = jr.Journal.create(tmp / "j.json", "unit", services, "A", "a: 1\n", "B", "b: 1\n", None, tmp)
     states = {rev: {s: ServiceState(s, f"h-{rev}", {}, grace_s=300.0, health_port=port, image=f"img-{rev}")
-                    for s in services} for rev in "AB"}
+                    for s in [*services, *peers]} for rev in "AB"}
     g = Gates(health_timeout_s=5.0, healthy_probes=2, probe_interval_s=0.01, bake_s=0.0, **gates)
     rollout = Rollout(journal, FakeCompose("A", world, calls), FakeCompose("B", world, calls), g, FakeDocker(),
                       states["A"], states["B"], say=lambda line: None)
@@ -416,7 +418,7 @@ def test_failed_health_gate_rolls_back_automatically(tmp_path: Path, health_serv
 
 def test_interrupted_rollout_blocks_a_new_one_and_can_be_rolled_back(tmp_path: Path, health_server: int, monkeypatch) -> None:
     world, calls = {R1: "A-r1", R2: "A-r2"}, []
-    monkeypatch.setattr(Health, "healthy", {f"B-{R1}-3", f"A-{R1}-6"})
+    monkeypatch.setattr(Health, "healthy", {f"B-{R1}-3", f"A-{R1}-6", "A-r2"})  # r2 serves while r1 rolls
     rollout = _rollout(tmp_path, health_server, world, calls, [R1, R2])
     rollout.roll(R1)  # r1 rolled, then the operator's session dies before r2
     with pytest.raises(jr.JournalError, match="an unfinished rollout"):
@@ -427,6 +429,49 @@ def test_interrupted_rollout_blocks_a_new_one_and_can_be_rolled_back(tmp_path: P
     assert rollout.rollback() == 1
     assert calls[-3:] == [("B", "stop", R1, 300.0), ("B", "rm", R1), ("A", "up", R1)]
     assert jr.Journal.load(tmp_path / "j.json").state == "rolled-back"
+
+
+class PeerDocker(FakeDocker):
+    """r1's container state as its own healthcheck reports it."""
+
+    health = "healthy"
+
+    def state(self, container_id: str) -> ContainerState:
+        health = PeerDocker.health if container_id == "A-r1" else "healthy"
+        return ContainerState(container_id, True, 0, ("127.0.0.1",), health)
+
+
+@pytest.mark.parametrize("r1, docker_health, why", [
+    ("A-r1", "healthy", "answered HTTP 503 on http://127.0.0.1:"),  # /health of r1 fails
+    ("A-r1", "unhealthy", "is not healthy (container A-r1 running=True, health unhealthy)"),
+    (None, "healthy", "has no container"),
+], ids=["health-503", "docker-unhealthy", "no-container"])
+def test_r2_is_not_stopped_unless_r1_is_healthy(tmp_path: Path, health_server: int, monkeypatch, r1: str | None,
+                                                 docker_health: str, why: str) -> None:
+    world, calls = {R2: "A-r2", **({R1: r1} if r1 else {})}, []
+    monkeypatch.setattr(Health, "healthy", {f"B-{R2}-4"} | ({"A-r1"} if docker_health == "unhealthy" else set()))
+    monkeypatch.setattr(PeerDocker, "health", docker_health)
+    said: list[str] = []
+    rollout = _rollout(tmp_path, health_server, world, calls, [R2], peers=(R1,))
+    rollout.docker, rollout.say = PeerDocker(), said.append
+    assert rollout.apply() == 1
+    assert calls == [("B", "pull", R2)] and world[R2] == "A-r2"  # r2 untouched
+    assert said[1].startswith(f"rollout: FAILED: {R2}: peer check failed: {R1}, which keeps serving while {R2} is "
+                              f"replaced, "), said
+    assert why in said[1] and f"nothing stops until it is healthy: look at `docker logs {R1}`" in said[1], said[1]
+    assert said[2].startswith(f"rollout: nothing was stopped; {R2} run A as before (docs/rollout.md, \"Canary on r2\")")
+    assert jr.Journal.load(tmp_path / "j.json").state == jr.FAILED
+
+
+def test_a_healthy_r1_lets_r2_roll(tmp_path: Path, health_server: int, monkeypatch) -> None:
+    world, calls = {R1: "A-r1", R2: "A-r2"}, []
+    monkeypatch.setattr(Health, "healthy", {"A-r1", f"B-{R2}-4"})
+    said: list[str] = []
+    rollout = _rollout(tmp_path, health_server, world, calls, [R2], peers=(R1,))
+    rollout.say = said.append
+    assert rollout.apply() == 0, said
+    assert f"rollout: {R2}: {R1} healthy (2 probes each): they keep serving while {R2} is replaced" in said
+    assert calls[1:] == [("A", "stop", R2, 300.0), ("A", "rm", R2), ("B", "up", R2)]
 
 
 @pytest.fixture
@@ -506,27 +551,64 @@ def test_resume_does_not_replace_a_container_already_on_the_target(tmp_path: Pat
     assert jr.Journal.load(tmp_path / "j.json").entries[R2].step == jr.ROLLED
 
 
-# -- verification through the proxy path ------------------------------------------------------------
+# -- verification: r2's own address, and the proxy path served by r2 ----------------------------------
+
+
+class R2Engine(BaseHTTPRequestHandler):
+    """r2 on its own address: chat completions, and /metrics with its served-request counter."""
+
+    served = 0
+    status = 200
+
+    def do_GET(self) -> None:
+        body = f'sglang:num_requests_total{{model_name="m",is_streaming="false"}} {R2Engine.served}.0\n'.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        if R2Engine.status == 200:
+            R2Engine.served += 1
+        body = json.dumps({"choices": [{"message": {"content": "ok"}}]} if R2Engine.status == 200 else {}).encode()
+        self.send_response(R2Engine.status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
 
 
 class Proxy(BaseHTTPRequestHandler):
-    """A proxy whose routing the test scripts: answer i (from 0) comes from `upstreams[i]`."""
+    """A proxy whose routing the test scripts: answer i (from 0) comes from `upstreams[i]`; an
+    answer from r2 is counted by r2 (R2Engine.served), one from r1 is not. With `answer_alone`
+    the proxy answers by itself, as it does /v1/models."""
 
     protocol_version = "HTTP/1.1"
     upstreams: list[str] = []
     status = 200
     served = 0
+    header = True  # the proxy names its upstream in X-Upstream
     hold = threading.Event()  # set: answer; clear: hold every request (a hung upstream)
 
-    def do_GET(self) -> None:
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
         i, Proxy.served = Proxy.served, Proxy.served + 1
         Proxy.hold.wait()
+        upstream = Proxy.upstreams[min(i, len(Proxy.upstreams) - 1)]
+        if Proxy.status == 200 and upstream == R2:
+            R2Engine.served += 1
+        body = json.dumps({"choices": [{"message": {"content": "ok"}}]} if Proxy.status == 200 else {}).encode()
         self.send_response(Proxy.status)
-        self.send_header("X-Upstream", Proxy.upstreams[min(i, len(Proxy.upstreams) - 1)])
+        if Proxy.header:
+            self.send_header("X-Upstream", upstream)
         if Proxy.status == 502:
             self.send_header("X-Upstream-Errors", f"{R2}:8000 timed out")
-        self.send_header("Content-Length", "0")
+        self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        self.wfile.write(body)
 
     def log_message(self, *args) -> None:
         pass
@@ -536,53 +618,92 @@ class Proxy(BaseHTTPRequestHandler):
 def proxy(monkeypatch):
     monkeypatch.setattr(Proxy, "served", 0)
     monkeypatch.setattr(Proxy, "status", 200)
+    monkeypatch.setattr(Proxy, "header", True)
+    monkeypatch.setattr(R2Engine, "served", 0)
+    monkeypatch.setattr(R2Engine, "status", 200)
     Proxy.hold.set()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1/models"
+    servers = [ThreadingHTTPServer(("127.0.0.1", 0), handler) for handler in (Proxy, R2Engine)]
+    for server in servers:
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{servers[0].server_address[1]}/v1/chat/completions", servers[1].server_address[1]
     Proxy.hold.set()
-    server.shutdown()
+    for server in servers:
+        server.shutdown()
 
 
-def _verifier(tmp: Path, url: str, said: list[str], **gates) -> Rollout:
+def _verifier(tmp: Path, proxy: tuple[str, int], said: list[str], header: str | None = "X-Upstream", **gates) -> Rollout:
+    url, engine_port = proxy
     journal = jr.Journal.create(tmp / "j.json", "unit", [R2], "A", "", "B", "", None, tmp)
-    g = Gates(verify_url=url, verify_upstream_header="X-Upstream", probe_interval_s=0.01, **gates)
-    return Rollout(journal, None, None, g, FakeDocker(), {}, {}, say=said.append, sleep=lambda s: None)
+    g = Gates(verify_url=url, verify_upstream_header=header, probe_interval_s=0.01, **gates)
+    states = {R2: ServiceState(R2, "h-B", health_port=engine_port, model="z-ai/glm-5.3-flash")}
+    return Rollout(journal, None, None, g, FakeDocker(), states, states, say=said.append, sleep=lambda s: None)
 
 
-def test_verification_waits_until_the_proxy_routes_to_the_new_container(tmp_path: Path, proxy: str, monkeypatch) -> None:
+def test_verification_waits_until_the_proxy_routes_to_the_new_container(tmp_path: Path, proxy, monkeypatch) -> None:
     # The proxy keeps the new r2 out of its rotation for six answers (it has not noticed it yet).
     monkeypatch.setattr(Proxy, "upstreams", [R1] * 6 + [R2])
     said: list[str] = []
-    _verifier(tmp_path, proxy, said).verify(R2)
+    _verifier(tmp_path, proxy, said).verify(R2, "B-r2")
     assert Proxy.served == 7
-    assert said[-1].startswith(f"rollout: {R2}: verified through {proxy} (7 requests, slowest ")
-    assert said[-1].endswith(f"upstreams ['{R1}', '{R2}'])")
+    assert said[0] == f"rollout: {R2}: served a chat completion on its own address http://127.0.0.1:{proxy[1]}"
+    assert said[-1].startswith(f"rollout: {R2}: verified through {proxy[0]} (7 requests, slowest ")
+    assert said[-1].endswith(f"; served by {R2}: X-Upstream: {R2})")
 
 
-def test_verification_fails_naming_the_replica_the_proxy_never_routes_to(tmp_path: Path, proxy: str, monkeypatch) -> None:
+def test_verification_reads_r2s_own_counter_without_a_proxy_header(tmp_path: Path, proxy, monkeypatch) -> None:
+    """The production proxy names no upstream: r2's sglang:num_requests_total says it served."""
+    monkeypatch.setattr(Proxy, "upstreams", [R1, R1, R2, R1])
+    monkeypatch.setattr(Proxy, "header", False)
+    said: list[str] = []
+    _verifier(tmp_path, proxy, said, header=None).verify(R2, "B-r2")
+    assert Proxy.served == 4  # the proof came at request 3; --verify-requests is 4
+    assert said[-1].endswith(f"; served by {R2}: {R2}'s sglang:num_requests_total 1 -> 2 across request 3)"), said[-1]
+
+
+@pytest.mark.parametrize("header", [True, False], ids=["upstream-header", "no-header"])
+def test_an_answer_that_never_reaches_r2_fails_verification(tmp_path: Path, proxy, monkeypatch, header: bool) -> None:
+    """200s through the proxy (as /v1/models, which the proxy answers alone) are not r2 serving."""
     monkeypatch.setattr(Proxy, "upstreams", [R1])
-    with pytest.raises(StepFailed, match=rf"^{R2}: verification failed: no answer through .* came from {R2} in \d+ "
-                                         rf"requests within 0 s \(X-Upstream: \['{R1}'\]\)$"):
-        _verifier(tmp_path, proxy, [], verify_within_s=0.0).verify(R2)
+    monkeypatch.setattr(Proxy, "header", header)
+    seen = rf"; X-Upstream: \['{R1}'\]" if header else ""
+    with pytest.raises(StepFailed, match=rf"^{R2}: verification failed: none of \d+ requests through .* within 0 s was "
+                                         rf"served by {R2} \(its sglang:num_requests_total stayed at 1{seen}\): the proxy "
+                                         rf"does not route to it"):
+        _verifier(tmp_path, proxy, [], header="X-Upstream" if header else None, verify_within_s=0.0).verify(R2, "B-r2")
 
 
-def test_verification_reports_the_proxys_own_error(tmp_path: Path, proxy: str, monkeypatch) -> None:
+def test_verification_needs_r2_to_answer_on_its_own_address(tmp_path: Path, proxy, monkeypatch) -> None:
+    monkeypatch.setattr(Proxy, "upstreams", [R2])
+    monkeypatch.setattr(R2Engine, "status", 500)
+    with pytest.raises(StepFailed, match=rf"^{R2}: verification failed: a chat completion on {R2}'s own address "
+                                         rf"http://127.0.0.1:{proxy[1]}: HTTP 500"):
+        _verifier(tmp_path, proxy, []).verify(R2, "B-r2")
+    assert Proxy.served == 0
+
+
+def test_verification_reports_the_proxys_own_error(tmp_path: Path, proxy, monkeypatch) -> None:
     monkeypatch.setattr(Proxy, "upstreams", [R1])
     monkeypatch.setattr(Proxy, "status", 502)
     with pytest.raises(StepFailed, match=rf"request 1 through .*: HTTP 502 after .* s \(X-Upstream: {R1}\); "
                                          rf"the proxy's errors: {R2}:8000 timed out$"):
-        _verifier(tmp_path, proxy, []).verify(R2)
+        _verifier(tmp_path, proxy, []).verify(R2, "B-r2")
 
 
-def test_verification_request_bound_names_the_request(tmp_path: Path, proxy: str, monkeypatch) -> None:
+def test_verification_request_bound_names_the_request(tmp_path: Path, proxy, monkeypatch) -> None:
     monkeypatch.setattr(Proxy, "upstreams", [R2])
     Proxy.hold.clear()  # the proxy never answers: only the request's own bound ends the wait
     with pytest.raises(StepFailed, match=rf"^{R2}: verification failed: request 1 through .*: no answer within 0.2 s "
                                          r"\(timed out\) after"):
-        _verifier(tmp_path, proxy, [], verify_timeout_s=0.2).verify(R2)
+        _verifier(tmp_path, proxy, [], verify_timeout_s=0.2).verify(R2, "B-r2")
+
+
+def test_a_verify_url_the_proxy_answers_alone_is_refused(workspace: Path, capsys) -> None:
+    argv = _apply_argv(workspace)
+    argv[argv.index("--verify-url") + 1] = "http://127.0.0.1:8000/v1/models"
+    assert cli.main(argv, gate=lambda p: [], validate=_passes) == 1
+    assert ("REFUSED: --verify-url http://127.0.0.1:8000/v1/models: verification posts a chat completion through the "
+            "proxy path, which only an engine can answer (the proxy answers /v1/models without one)") in capsys.readouterr().err
 
 
 def test_standin_502_names_each_backend_and_why() -> None:
