@@ -42,6 +42,7 @@ from tools.rollout.compose_cli import Compose, ComposeError, ServiceState
 from tools.rollout.docker_api import DockerAPI, DockerAPIError
 from tools.rollout.drain import DrainError, Drainer, in_flight
 from tools.rollout.engine_metrics import SERVED_COUNTER, MetricsError, metric_sum
+from tools.rollout.manager import ManagerClient, ManagerError
 
 RUNBOOK = "docs/rollout.md"
 
@@ -76,6 +77,8 @@ class Gates:
     check_service: str | None = None  # the compose service that checks one replica (perception)
     check_env: str = "PERCEPTION_TARGETS"  # how the check is told the replica: NAME=URL
     check_timeout_s: float = 900.0
+    manager_url: str | None = None  # the host's compose manager (manager.py): paused for the roll
+    manager_token: str | None = None  # its bearer token; never printed
 
 
 def http_request(url: str, timeout_s: float, token: str | None = None,
@@ -127,6 +130,7 @@ class Rollout:
         self.journal, self.deployed, self.target, self.gates, self.docker = journal, deployed, target, gates, docker
         self.deployed_states, self.target_states = deployed_states, target_states
         self.say, self.sleep = say, sleep
+        self.manager = ManagerClient(gates.manager_url, gates.manager_token) if gates.manager_url else None
 
     # -- gates ---------------------------------------------------------------------------------
 
@@ -435,11 +439,45 @@ class Rollout:
         self.bake(service, new_id)
         j.record(service, jr.ROLLED)
 
+    # -- the compose manager's handover ----------------------------------------------------------
+
+    def pause_manager(self) -> None:
+        """The manager stops reconciling the named services before any of them stops."""
+        j = self.journal
+        if self.manager is None:
+            return
+        try:
+            self.manager.pause(j.services, f"rollout {j.path}")
+        except ManagerError as err:
+            raise StepFailed(", ".join(j.services), "manager pause", f"{err}; the compose manager must stop "
+                             f"reconciling them first ({RUNBOOK}, \"Compose manager\")") from None
+        j.manager_paused = True
+        j.record(None, "manager-paused", self.gates.manager_url or "")
+        self.say(f"rollout: the compose manager ({self.gates.manager_url}) paused reconciling {', '.join(j.services)}")
+
+    def resume_manager(self, label: str, file: str) -> int:
+        """The manager reconciles the services again, against `label`; 0, or 4 if it refused."""
+        j = self.journal
+        if self.manager is None or not j.manager_paused:
+            return 0
+        try:
+            self.manager.resume(j.services, label, file)
+        except ManagerError as err:
+            self.say(f"rollout: FAILED: the compose manager was not resumed: {err}; it still does not reconcile "
+                     f"{', '.join(j.services)}: resume it against {label} ({RUNBOOK}, \"Compose manager\")")
+            j.record(None, "manager-resume-failed", str(err))
+            return 4
+        j.manager_paused = False
+        j.record(None, "manager-resumed", label)
+        self.say(f"rollout: the compose manager reconciles {', '.join(j.services)} again, against {label}")
+        return 0
+
     def apply(self) -> int:
         j = self.journal
         j.set_state(jr.APPLYING)
         try:
             self.pull()
+            self.pause_manager()
             for service in j.services:
                 if j.entries[service].step == jr.ROLLED:
                     self.say(f"rollout: {service}: already rolled (journal)")
@@ -449,22 +487,29 @@ class Rollout:
             self.say(f"rollout: FAILED: {err}")
             if not j.touched():
                 step = err.step if isinstance(err, StepFailed) else ""
-                section = {"pull": "Pull", "peer check": "Canary on r2"}.get(step, "Drain")
+                section = {"pull": "Pull", "peer check": "Canary on r2", "manager pause": "Compose manager"}.get(step, "Drain")
                 self.say(f"rollout: nothing was stopped; {', '.join(j.services)} run {j.from_label} as before "
                          f"({RUNBOOK}, \"{section}\")")
                 j.set_state(jr.FAILED, str(err))
-                return 1
+                return max(1, self.resume_manager(j.from_label, j.from_file))
             self.say(f"rollout: rolling back {', '.join(j.touched())} to {j.from_label} automatically ({RUNBOOK}, \"Rollback\")")
             j.set_state(jr.ROLLING_BACK, str(err))
             return self.rollback()
         j.set_state(jr.DONE)
         self.say(f"rollout: done: {', '.join(j.services)} on {j.to_label}")
-        return 0
+        return self.resume_manager(j.to_label, j.to_file)
 
     def rollback(self) -> int:
         """Returns every touched service to the deployed revision; 1 when done, 3 if it failed."""
         j = self.journal
         j.set_state(jr.ROLLING_BACK)
+        if self.manager is not None and not j.manager_paused:  # e.g. undoing a finished rollout
+            try:
+                self.pause_manager()
+            except StepFailed as err:
+                self.say(f"rollout: ROLLBACK FAILED: {err}; nothing was changed ({RUNBOOK}, \"Rollback\")")
+                j.set_state(jr.ROLLBACK_FAILED, f"rollback: {err}")
+                return 3
         for service in reversed(j.services):
             try:
                 if service in j.touched():
@@ -474,9 +519,10 @@ class Rollout:
                     self.say(f"rollout: {service}: rolled back to {j.from_label} (container {new_id[:12]}, healthy)")
                 self.restore(service)
             except (StepFailed, ComposeError, DockerAPIError) as err:
-                self.say(f"rollout: ROLLBACK FAILED: {err}; the journal {j.path} keeps the state ({RUNBOOK}, \"Rollback\")")
+                paused = " (the compose manager stays paused for them)" if j.manager_paused else ""
+                self.say(f"rollout: ROLLBACK FAILED: {err}; the journal {j.path} keeps the state{paused} ({RUNBOOK}, \"Rollback\")")
                 j.set_state(jr.ROLLBACK_FAILED, f"rollback: {err}")
                 return 3
         j.set_state(jr.ROLLED_BACK)
         self.say(f"rollout: rolled back: {', '.join(j.services)} on {j.from_label}")
-        return 1
+        return max(1, self.resume_manager(j.from_label, j.from_file))

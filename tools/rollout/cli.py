@@ -3,7 +3,7 @@
     bazel run //tools/rollout -- plan  --from compose/F@REV --to compose/F[@REV] --services S... [--env-file HOST_ENV]
     bazel run //tools/rollout -- apply --from compose/F@REV --to compose/F@REV --services S... \\
         --project-name P --env-file HOST_ENV --journal J --verify-url URL/v1/chat/completions \\
-        (--drain-via PROXY_SERVICE | --no-drain) [--bake-s 300] [--rehearsal]
+        (--drain-via PROXY_SERVICE | --no-drain) (--manager-url URL | --no-manager) [--bake-s 300] [--rehearsal]
     bazel run //tools/rollout -- apply --resume --journal J
     bazel run //tools/rollout -- rollback --journal J
 
@@ -14,7 +14,8 @@ Compose would replace and refuses a plan that touches other services than the na
 revision, holds the project's lock (lock.py), then runs the plan (tools/rollout/apply.py).
 No command prints an environment value: the env file goes to Compose by path.
 The runbook: docs/rollout.md.
-Exit: 0 done, 1 refused or rolled back, 2 error, 3 rollback failed, 130 interrupted.
+Exit: 0 done, 1 refused or rolled back, 2 error, 3 rollback failed, 4 done or rolled back but the
+compose manager was not resumed, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -205,7 +206,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 GATE_FIELDS = ("wait_timeout_s", "health_timeout_s", "healthy_probes", "probe_interval_s", "verify_url",
                "verify_requests", "verify_timeout_s", "verify_within_s", "verify_upstream_header", "bake_s",
                "max_restarts", "pull_timeout_s", "drain_via", "drain_port", "drain_timeout_s", "check_service",
-               "check_timeout_s")
+               "check_timeout_s", "manager_url")
 
 
 def gate_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -214,25 +215,38 @@ def gate_options(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "no_check", False):
         options["check_service"] = None
     options["verify_token_var"] = args.verify_token_var
+    options["manager_token_var"] = args.manager_token_var
     return options
 
 
+def _token(options: dict[str, Any], key: str, env_file: Path | None) -> str | None:
+    var = options.get(key)
+    if not var:
+        return None
+    flag = "--" + key.replace("_", "-")
+    if env_file is None:
+        raise UsageError(f"{flag} {var} needs --env-file")
+    values = read_env_file(env_file)
+    if var not in values:
+        raise UsageError(f"{flag}: {env_file} has no {var}")
+    return values[var]
+
+
 def gates_of(options: dict[str, Any], env_file: Path | None) -> Gates:
-    token, var = None, options.get("verify_token_var")
-    if var:
-        if env_file is None:
-            raise UsageError(f"--verify-token-var {var} needs --env-file")
-        values = read_env_file(env_file)
-        if var not in values:
-            raise UsageError(f"--verify-token-var: {env_file} has no {var}")
-        token = values[var]
     known = {f.name for f in dataclasses.fields(Gates)}
-    return Gates(verify_token=token, **{k: v for k, v in options.items() if k in known})
+    return Gates(verify_token=_token(options, "verify_token_var", env_file),
+                 manager_token=_token(options, "manager_token_var", env_file),
+                 **{k: v for k, v in options.items() if k in known})
 
 
 def check_options(args: argparse.Namespace, states: dict[str, ServiceState], all_services: set[str]) -> None:
     """Drain, check and wait bounds that fit the target's services, or the refusal that says why not."""
     engines = [s for s in args.services if states[s].health_port is not None]
+    if args.manager_url is None and not args.no_manager:
+        raise Refused("say how the host's compose manager hands the services over: --manager-url URL (it stops "
+                      "reconciling them during the roll, then reconciles against the target) or --no-manager (no "
+                      f"manager deploys on this host; its next `up --remove-orphans` could undo the roll) ({RUNBOOK}, "
+                      "\"Compose manager\")")
     for service in args.services:
         if args.wait_timeout_s < states[service].start_period_s:
             raise Refused(f"--wait-timeout-s {args.wait_timeout_s:g} is below {service}'s healthcheck start_period "
@@ -391,6 +405,10 @@ def _add_gate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify-upstream-header", help="response header naming the backend that answered (optional: the "
                    "engine's own served-request counter is read either way)")
     p.add_argument("--verify-token-var", help="env-file key whose value is the proxy's bearer token (never printed)")
+    p.add_argument("--manager-url", help="the host's compose manager (its reconcile API, tools/rollout/manager.py): "
+                   "paused for the named services during the roll, resumed against the target after")
+    p.add_argument("--manager-token-var", help="env-file key whose value is the manager's bearer token (never printed)")
+    p.add_argument("--no-manager", action="store_true", help="no compose manager reconciles this host's services")
     p.add_argument("--bake-s", type=float, default=300.0, help="bake period after the gates (default: %(default)s)")
     p.add_argument("--max-restarts", type=int, default=1,
                    help="restarts of the new container while `up --wait` waits that fail it as a crash loop")

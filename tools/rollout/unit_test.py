@@ -25,6 +25,8 @@ from tools.rollout import journal as jr
 from tools.rollout.apply import Gates, Rollout, StepFailed, http_get
 from tools.rollout.compose_cli import Compose, ComposeError, Redactor, ServiceState, go_duration_s
 from tools.rollout.lock import LockHeld, ProjectLock
+from tools.rollout.manager import ManagerClient, ManagerError
+from tools.rollout.rehearsal import ManagerStandIn
 from tools.rollout.docker_api import ContainerState
 from tools.rollout.in_container import announce, standin
 from tools.rollout.plan import FORCE_RECREATE, RECREATE, make_plan, refusals
@@ -162,7 +164,8 @@ def _git(root: Path, *args: str) -> str:
 def _apply_argv(tmp: Path, *extra: str, to: str = "compose/to.yaml@HEAD") -> list[str]:
     return ["--compose-bin", str(COMPOSE_BIN), "apply", "--from", "compose/from.yaml@HEAD", "--to", to,
             "--services", REGISTRAR, "--project-name", "unit", "--journal", str(tmp / "j.json"),
-            "--lock-dir", str(tmp / "locks"), "--verify-url", "http://127.0.0.1:9/v1/chat/completions", *extra]
+            "--lock-dir", str(tmp / "locks"), "--verify-url", "http://127.0.0.1:9/v1/chat/completions", "--no-manager",
+            *extra]
 
 
 @pytest.fixture
@@ -865,3 +868,132 @@ def test_perception_check_judges_glm_reasoning(tmp_path: Path, health_server: in
     assert Engine.asked and Engine.asked[0]["max_tokens"] >= 4096
     if rolled_back:
         assert "expected 'red' in the answer" in "\n".join(said)
+
+
+# -- the compose manager's handover ----------------------------------------------------------------
+
+
+class FakeManager:
+    """Records the handover calls in the same list as the lifecycle calls."""
+
+    def __init__(self, calls: list, fail: str | None = None) -> None:
+        self.calls, self.fail = calls, fail
+
+    def pause(self, services: list[str], holder: str) -> dict:
+        self.calls.append(("manager", "pause", tuple(services)))
+        if self.fail == "pause":
+            raise ManagerError("POST http://127.0.0.1:9/reconcile/pause: Connection refused")
+        return {}
+
+    def resume(self, services: list[str], revision: str, file: str | None) -> dict:
+        self.calls.append(("manager", "resume", tuple(services), revision, Path(file).name))
+        if self.fail == "resume":
+            raise ManagerError("POST http://127.0.0.1:9/reconcile/resume answered 500: busy")
+        return {}
+
+
+def _managed(tmp: Path, port: int, world: dict, calls: list, fail: str | None = None, **gates) -> Rollout:
+    rollout = _rollout(tmp, port, world, calls, [R2], manager_url="http://127.0.0.1:9", **gates)
+    rollout.manager = FakeManager(calls, fail)
+    return rollout
+
+
+def test_the_manager_is_paused_before_the_stop_and_resumed_on_the_target(tmp_path: Path, health_server: int,
+                                                                         monkeypatch) -> None:
+    world, calls = {R2: "A-r2"}, []
+    monkeypatch.setattr(Health, "healthy", {f"B-{R2}-5"})
+    rollout = _managed(tmp_path, health_server, world, calls)
+    assert rollout.apply() == 0
+    assert calls == [("B", "pull", R2), ("manager", "pause", (R2,)), ("A", "stop", R2, 300.0), ("A", "rm", R2),
+                     ("B", "up", R2), ("manager", "resume", (R2,), "B", "to.yaml")]
+    assert not jr.Journal.load(tmp_path / "j.json").manager_paused
+
+
+def test_a_rolled_back_rollout_resumes_the_manager_on_the_deployed_revision(tmp_path: Path, health_server: int,
+                                                                            monkeypatch) -> None:
+    world, calls = {R2: "A-r2"}, []
+    monkeypatch.setattr(Health, "healthy", {f"A-{R2}-8"})  # the target never turns healthy
+    rollout = _managed(tmp_path, health_server, world, calls)
+    assert rollout.apply() == 1
+    assert calls[1] == ("manager", "pause", (R2,)) and calls[-1] == ("manager", "resume", (R2,), "A", "from.yaml")
+    assert [c[1] for c in calls if c[0] == "manager"] == ["pause", "resume"]
+
+
+def test_an_unreachable_manager_stops_nothing(tmp_path: Path, health_server: int, monkeypatch) -> None:
+    world, calls = {R2: "A-r2"}, []
+    said: list[str] = []
+    rollout = _managed(tmp_path, health_server, world, calls, fail="pause")
+    rollout.say = said.append
+    assert rollout.apply() == 1
+    assert calls == [("B", "pull", R2), ("manager", "pause", (R2,))] and world[R2] == "A-r2"
+    assert said[1] == (f"rollout: FAILED: {R2}: manager pause failed: POST http://127.0.0.1:9/reconcile/pause: Connection "
+                       f"refused; the compose manager must stop reconciling them first (docs/rollout.md, \"Compose manager\")")
+    assert said[2].endswith("(docs/rollout.md, \"Compose manager\")")
+
+
+def test_a_manager_that_does_not_resume_is_exit_4(tmp_path: Path, health_server: int, monkeypatch) -> None:
+    world, calls = {R2: "A-r2"}, []
+    monkeypatch.setattr(Health, "healthy", {f"B-{R2}-5"})
+    said: list[str] = []
+    rollout = _managed(tmp_path, health_server, world, calls, fail="resume")
+    rollout.say = said.append
+    assert rollout.apply() == 4
+    assert said[-1].startswith("rollout: FAILED: the compose manager was not resumed: POST http://127.0.0.1:9/reconcile/"
+                               f"resume answered 500: busy; it still does not reconcile {R2}: resume it against B")
+    journal = jr.Journal.load(tmp_path / "j.json")
+    assert journal.state == jr.DONE and journal.manager_paused
+
+
+def test_rollback_of_a_finished_rollout_pauses_the_manager_first(tmp_path: Path, health_server: int,
+                                                                 monkeypatch) -> None:
+    world, calls = {R2: "B-r2"}, []
+    monkeypatch.setattr(Health, "healthy", {f"A-{R2}-4"})
+    rollout = _managed(tmp_path, health_server, world, calls)
+    rollout.journal.record(R2, jr.ROLLED, "", old_container="A-r2", new_container="B-r2")
+    assert rollout.rollback() == 1
+    assert calls == [("manager", "pause", (R2,)), ("B", "stop", R2, 300.0), ("B", "rm", R2), ("A", "up", R2),
+                     ("manager", "resume", (R2,), "A", "from.yaml")]
+
+
+def test_engines_need_a_manager_decision(workspace: Path, capsys) -> None:
+    argv = _apply_argv(workspace)
+    argv.remove("--no-manager")
+    assert cli.main(argv, gate=lambda p: [], validate=_passes) == 1
+    assert ("REFUSED: say how the host's compose manager hands the services over: --manager-url URL (it stops "
+            "reconciling them during the roll, then reconciles against the target) or --no-manager") in capsys.readouterr().err
+
+
+def test_manager_standin_pause_waits_for_the_running_pass_and_stops_passes(tmp_path: Path) -> None:
+    """The stand-in's contract, through the rollout's own client: a pause answers only after the
+    running pass, no pass runs while paused, and a resume moves it to the rolled revision."""
+    in_pass, release = threading.Event(), threading.Event()
+    runs: list[tuple[str, tuple[str, ...]]] = []
+
+    def run_pass(file: Path, services: list[str]) -> str:
+        runs.append((file.name, tuple(services)))
+        in_pass.set()
+        release.wait()
+        return "up to date"
+
+    manager = ManagerStandIn("A", tmp_path / "a.yaml", [R1, R2], run_pass, interval_s=3600)
+    manager.start()
+    try:
+        client = ManagerClient(manager.url)
+        passing = threading.Thread(target=manager.reconcile_once)
+        passing.start()
+        assert in_pass.wait(30)
+        # The pass holds on: the pause must not answer (its request's own bound ends the wait).
+        with pytest.raises(ManagerError, match="timed out"):
+            ManagerClient(manager.url, timeout_s=0.5).pause([R2], "unit")
+        release.set()
+        passing.join()
+        assert client.pause([R2], "rollout j.json")["paused"] == [R2]
+        assert manager.reconcile_once() is None and len(runs) == 1  # paused: no pass
+        state = client.resume([R2], "B", str(tmp_path / "b.yaml"))
+        assert state == {"paused": [], "revision": "B", "passes": 1}
+        assert manager.reconcile_once().revision == "B" and runs[-1] == ("b.yaml", (R1, R2))
+        with pytest.raises(ManagerError, match="answered 400"):
+            client.pause(["no-such-service"], "unit")
+    finally:
+        release.set()
+        manager.stop()
