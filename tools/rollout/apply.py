@@ -11,7 +11,7 @@ untouched. Then, for each named service, in the order given:
 3. `up --detach --no-deps --wait --wait-timeout T SERVICE` from the target revision (only that
    service: dependencies and every other container stay as they are);
 4. health gate: `/health` on the new container's address answers 200 N times in a row within
-   the timeout;
+   the timeout, and (engines) its log has SGLang's ready line and no fatal line;
 5. the check (engines): the compose file's own check service (`--check-service`, the
    perception check) run once against this replica's address, directly, not through the proxy;
 6. restore: the replica goes back into the proxy's rotation;
@@ -45,6 +45,12 @@ from tools.rollout.engine_metrics import SERVED_COUNTER, MetricsError, metric_su
 from tools.rollout.manager import ManagerClient, ManagerError
 
 RUNBOOK = "docs/rollout.md"
+# SGLang logs this once it serves (after the warm-up, or at once with --skip-server-warmup).
+READY_LINE = "The server is fired up and ready to roll!"
+# A line with one of these in an engine's startup log fails the roll even when /health answers:
+# the engine is up but broke on the way (a CUDA fault such as error 801, an OOM, a traceback).
+FATAL_MARKERS = ("CUDA error", "CUDA out of memory", "OutOfMemoryError", "Traceback (most recent call last)",
+                 "Fatal Python error")
 
 
 class StepFailed(Exception):
@@ -168,6 +174,26 @@ class Rollout:
             if streak < g.healthy_probes:
                 self.sleep(g.probe_interval_s)
         self.say(f"rollout: {service}: health gate passed ({url}, {probes} probes)")
+
+    def startup_log_gate(self, service: str, container_id: str) -> None:
+        """An engine's log says it is ready and has no fatal line (bounded by the health timeout)."""
+        g = self.gates
+        if self.target_states.get(service) is None or self.target_states[service].health_port is None:
+            return
+        deadline = time.monotonic() + g.health_timeout_s
+        while True:
+            lines = self.docker.logs(container_id).splitlines()
+            fatal = [line for line in lines if any(marker in line for marker in FATAL_MARKERS)]
+            if fatal:
+                raise StepFailed(service, "startup log", f"container {container_id[:12]} logged {len(fatal)} fatal "
+                                 f"line(s), the first: {fatal[0].strip()[:300]!r} (`docker logs {service}`)")
+            if any(READY_LINE in line for line in lines):
+                break
+            if time.monotonic() > deadline:
+                raise StepFailed(service, "startup log", f"container {container_id[:12]} has not logged {READY_LINE!r} "
+                                 f"within {g.health_timeout_s:g} s ({len(lines)} lines; `docker logs {service}`)")
+            self.sleep(g.probe_interval_s)
+        self.say(f"rollout: {service}: startup log says ready, no fatal line ({len(lines)} lines)")
 
     def peers_healthy(self, service: str) -> None:
         """Every other engine keeps serving while `service` is replaced, so it must be healthy
@@ -431,6 +457,7 @@ class Rollout:
             new_id = self._replace(service, self.deployed, self.deployed_states, self.target)
         j.record(service, jr.STARTED, new_id, new_container=new_id)
         self.health_gate(service, new_id, self.target_states)
+        self.startup_log_gate(service, new_id)
         j.record(service, jr.HEALTHY)
         self.check(service, self.target_states)
         self.restore(service)

@@ -27,7 +27,7 @@ from tools.rollout.compose_cli import Compose, ComposeError, Redactor, ServiceSt
 from tools.rollout.lock import LockHeld, ProjectLock
 from tools.rollout.manager import ManagerClient, ManagerError
 from tools.rollout.rehearsal import ManagerStandIn
-from tools.rollout.docker_api import ContainerState
+from tools.rollout.docker_api import ContainerState, demux
 from tools.rollout.in_container import announce, standin
 from tools.rollout.plan import FORCE_RECREATE, RECREATE, make_plan, refusals
 from tools.rollout.transform import rehearsal_model
@@ -372,8 +372,13 @@ class FakeCompose:
 
 
 class FakeDocker:
+    log = "[2026-12-06 19:00:00] INFO: The server is fired up and ready to roll!\n"  # every container's log
+
     def state(self, container_id: str) -> ContainerState:
         return ContainerState(container_id, True, 0, ("127.0.0.1",), "healthy")
+
+    def logs(self, container_id: str) -> str:
+        return FakeDocker.log
 
     def image_present(self, reference: str) -> bool:
         return True
@@ -997,3 +1002,37 @@ def test_manager_standin_pause_waits_for_the_running_pass_and_stops_passes(tmp_p
     finally:
         release.set()
         manager.stop()
+
+
+# -- the startup log gate ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("log, why", [
+    ("INFO: Load weight end.\nINFO: The server is fired up and ready to roll!\n", None),
+    ("INFO: The server is fired up and ready to roll!\nERROR: CUDA error 801: operation not supported\n",
+     "logged 1 fatal line(s), the first: 'ERROR: CUDA error 801: operation not supported'"),
+    ("INFO: Load weight end.\nTraceback (most recent call last):\n  File x\ntorch.OutOfMemoryError: CUDA out of memory\n",
+     "logged 2 fatal line(s), the first: 'Traceback (most recent call last):'"),
+    ("INFO: Load weight end.\n", "has not logged 'The server is fired up and ready to roll!' within 0.05 s (1 lines"),
+], ids=["ready", "cuda-801", "oom", "never-ready"])
+def test_startup_log_gate(tmp_path: Path, health_server: int, monkeypatch, log: str, why: str | None) -> None:
+    world, calls = {R2: "A-r2"}, []
+    monkeypatch.setattr(Health, "healthy", {f"B-{R2}-4", f"A-{R2}-7"})
+    monkeypatch.setattr(FakeDocker, "log", log)
+    said: list[str] = []
+    rollout = _rollout(tmp_path, health_server, world, calls, [R2])
+    rollout.gates = Gates(**{**rollout.gates.__dict__, "health_timeout_s": 0.05})
+    rollout.say = said.append
+    assert rollout.apply() == (0 if why is None else 1), said
+    if why is None:
+        assert f"rollout: {R2}: startup log says ready, no fatal line (2 lines)" in said
+    else:
+        [failed] = [line for line in said if line.startswith("rollout: FAILED: ")]
+        assert failed.startswith(f"rollout: FAILED: {R2}: startup log failed: container {f'B-{R2}'[:12]} ") and why in failed, failed
+        assert said[-1] == f"rollout: rolled back: {R2} on A"
+
+
+def test_demux_reads_dockers_multiplexed_log() -> None:
+    frames = b"\x01\0\0\0\0\0\0\x06ready\n" + b"\x02\0\0\0\0\0\0\x04err\n"
+    assert demux(frames) == b"ready\nerr\n"
+    assert demux(b"raw tty output\n") == b"raw tty output\n"
