@@ -111,6 +111,19 @@ def require_reviewed(source: Source, workspace: Path) -> None:
                   f"it and pass --to {source.path}@<commit> ({RUNBOOK}, \"Reviewed input\")")
 
 
+def require_merged(source: Source, workspace: Path, main_ref: str) -> None:
+    """The target's commit is on the main branch: reviewed and merged, what the next operator finds."""
+    commit = source.commit(workspace)
+    main = _git(workspace, "rev-parse", "--verify", "--quiet", f"{main_ref}^{{commit}}")
+    if main.returncode != 0:
+        raise Refused(f"--main-ref {main_ref} is not a commit in {workspace}: `git fetch origin` (or name the main "
+                      f"branch with --main-ref) ({RUNBOOK}, \"Reviewed input\")")
+    if _git(workspace, "merge-base", "--is-ancestor", commit, main.stdout.strip()).returncode != 0:
+        raise Refused(f"--to {source}: commit {commit[:12]} is not on {main_ref} ({main.stdout.strip()[:12]}): apply "
+                      f"deploys merged revisions only; merge it (then `git fetch origin`) and pass --to "
+                      f"{source.path}@<the merged commit> ({RUNBOOK}, \"Reviewed input\")")
+
+
 def checkout(source: Source, workspace: Path, into: Path) -> Path:
     """The revision's compose/, release records and patch series under `into`; returns the file."""
     commit = source.commit(workspace)
@@ -324,6 +337,7 @@ def cmd_apply(args: argparse.Namespace, gate: Gate | None, validate: Validate | 
         check_rehearsal_endpoint(docker_host)
     else:
         require_reviewed(args.to, workspace)
+        require_merged(args.to, workspace, args.main_ref)
     lock = _lock(args.project_name, journal_path, args)
     try:
         with tempfile.TemporaryDirectory(prefix="rollout-apply-") as scratch:
@@ -428,6 +442,8 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--project-name", help="the Compose project the revisions run as")
         if name == "apply":
             s.add_argument("--resume", action="store_true", help="continue the rollout recorded in --journal")
+            s.add_argument("--main-ref", default="origin/main",
+                           help="the main branch: --to's commit must be on it (default: %(default)s)")
             s.add_argument("--rehearsal", action="store_true",
                            help="a rehearsal endpoint (DOCKER_HOST under the temp dir, marked): the target may be a "
                                 "work-tree file, no validators or deployability gate")

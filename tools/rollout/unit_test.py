@@ -165,7 +165,7 @@ def _apply_argv(tmp: Path, *extra: str, to: str = "compose/to.yaml@HEAD") -> lis
     return ["--compose-bin", str(COMPOSE_BIN), "apply", "--from", "compose/from.yaml@HEAD", "--to", to,
             "--services", REGISTRAR, "--project-name", "unit", "--journal", str(tmp / "j.json"),
             "--lock-dir", str(tmp / "locks"), "--verify-url", "http://127.0.0.1:9/v1/chat/completions", "--no-manager",
-            *extra]
+            "--main-ref", "main", *extra]
 
 
 @pytest.fixture
@@ -177,7 +177,7 @@ def workspace(tmp_path: Path, monkeypatch):
     (tmp_path / "compose").mkdir()
     (tmp_path / "compose" / "from.yaml").write_text(committed())
     (tmp_path / "compose" / "to.yaml").write_text(replace_once(committed(), "      MAX_RETRIES=3\n", "      MAX_RETRIES=4\n"))
-    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "init", "-q", "-b", "main")
     _git(tmp_path, "add", "compose")
     _git(tmp_path, "-c", "user.name=unit", "-c", "user.email=unit@test", "commit", "-q", "-m", "revisions")
     return tmp_path
@@ -234,6 +234,22 @@ def test_a_work_tree_target_is_refused(workspace: Path, capsys, edit: bool) -> N
     assert "REFUSED: --to compose/to.yaml is the work tree's file and " in err
     assert ("it has uncommitted changes (M compose/to.yaml)" in err) == edit, err
     assert "pass --to compose/to.yaml@<commit> (docs/rollout.md" in err
+    assert not (workspace / "j.json").exists()
+
+
+def test_an_unmerged_target_is_refused(workspace: Path, capsys) -> None:
+    _git(workspace, "checkout", "-q", "-b", "review")
+    (workspace / "compose" / "to.yaml").write_text(replace_once(committed(), "      MAX_RETRIES=3\n", "      MAX_RETRIES=5\n"))
+    _git(workspace, "-c", "user.name=unit", "-c", "user.email=unit@test", "commit", "-q", "-am", "not merged")
+    commit = _git(workspace, "rev-parse", "HEAD")
+    main = _git(workspace, "rev-parse", "main")
+    assert cli.main(_apply_argv(workspace), gate=lambda p: [], validate=_passes) == 1
+    assert (f"REFUSED: --to compose/to.yaml@HEAD: commit {commit[:12]} is not on main ({main[:12]}): apply deploys "
+            "merged revisions only; merge it") in capsys.readouterr().err
+    argv = _apply_argv(workspace)
+    argv[argv.index("--main-ref") + 1] = "origin/main"
+    assert cli.main(argv, gate=lambda p: [], validate=_passes) == 1
+    assert "REFUSED: --main-ref origin/main is not a commit in" in capsys.readouterr().err
     assert not (workspace / "j.json").exists()
 
 
