@@ -12,9 +12,10 @@
 * `Traffic`: a client's chat completions through the ingress (nginx -> proxy -> an engine)
   every 100 ms, each answer recorded with its phase and the replica that served it.
 * `ManagerStandIn`: the host's compose manager, reconciling: every `interval_s` it runs
-  `up --detach --remove-orphans --no-deps` of the file it deployed last, over every service
-  with a restart policy (what it keeps running), unless the rollout paused it, and serves the
-  reconcile API the rollout pauses and resumes it with (tools/rollout/manager.py) on 127.0.0.1.
+  `up --detach --remove-orphans` of the file it deployed last (`compose_pass`), over every
+  service with a restart policy (what it keeps running), unless the rollout paused it, and
+  serves the reconcile API the rollout pauses and resumes it with (tools/rollout/manager.py)
+  on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -410,11 +411,27 @@ class ManagerStandIn:
         return API
 
 
-def compose_pass(compose: Callable[[Path], Compose]) -> Callable[[Path, list[str]], str]:
-    """A reconcile pass as a manager runs it: `up --detach --remove-orphans` of the file."""
+def compose_pass(compose: Callable[[Path], Compose], api: DockerAPI) -> Callable[[Path, list[str]], str]:
+    """A reconcile pass as a manager runs it: `up --detach --remove-orphans` of its file.
+
+    In two calls, because podman 4.3's Docker API reports a container's network by name where
+    Compose compares the network's id, so a plain `up` recreates every container on every pass
+    (measured: a second `up -d` of an unchanged one-service file said `Recreate`). So: `up
+    --no-recreate` (create what is missing, start what stopped, remove orphans), then a forced
+    recreate of each service whose container's config-hash label is not the file's `config
+    --hash`, which is the decision Compose itself makes on a Docker host."""
 
     def run(file: Path, services: list[str]) -> str:
-        proc = compose(file).run("up", "--detach", "--remove-orphans", "--no-deps", *services, timeout_s=600)
-        return (proc.stdout + proc.stderr).strip()
+        c = compose(file)
+        proc = c.run("up", "--detach", "--remove-orphans", "--no-deps", "--no-recreate", *services, timeout_s=600)
+        lines = [(proc.stdout + proc.stderr).strip()]
+        hashes = c.hashes()
+        for service in services:
+            ids = api.container_ids(c.project, service)
+            running = api.config_hash(ids[0]) if ids else ""
+            if ids and running != hashes.get(service):
+                c.run("up", "--detach", "--no-deps", "--force-recreate", service, timeout_s=600)
+                lines.append(f"recreated {service} (hash {running[:12]} -> {hashes.get(service, '')[:12]})")
+        return "\n".join(lines)
 
     return run

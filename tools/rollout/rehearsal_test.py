@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -171,7 +172,7 @@ class Stack:
 
     def start_manager(self) -> None:
         """The host's compose manager, reconciling revision A as deployed."""
-        self.manager = ManagerStandIn("a", self.files["a"], self.reconciled, compose_pass(self.compose_file),
+        self.manager = ManagerStandIn("a", self.files["a"], self.reconciled, compose_pass(self.compose_file, self.api),
                                       interval_s=MANAGER_INTERVAL_S)
         self.manager.start()
         log(f"stand-in compose manager on {self.manager.url}: `up --detach --remove-orphans --no-deps` of "
@@ -184,6 +185,8 @@ class Stack:
         done = self.manager.passes[-1]
         log(f"  manager pass {len(self.manager.passes)} ({what}) on revision {done.revision}: ok={done.ok}; "
             f"paused {sorted(self.manager.paused)}")
+        for line in done.output.splitlines():
+            log(f"    manager| {line}")
         assert done.ok, f"the manager's pass failed: {done.output}"
 
     def lock(self) -> None:
@@ -265,9 +268,20 @@ class Stack:
         if not self.api.image_present(reference):
             return
         info = self.api.get_json(f"/images/{reference}/json")
-        for name in info.get("RepoTags") or []:
-            self.api.request("DELETE", f"/images/{name}")
-        self.api.request("DELETE", f"/images/{info['Id']}")
+        # podman's storage is shared on this machine: another session's container on the image
+        # (e.g. a v3 in-image run through the podman CLI, which this service's API does not
+        # list) keeps it until that container ends. Retry until it is gone, bounded.
+        deadline, waited = time.monotonic() + 1800, time.monotonic()
+        while True:
+            for name in self.api.get_json(f"/images/{info['Id']}/json").get("RepoTags") or []:
+                self.api.request("DELETE", f"/images/{name}")
+            self.api.request("DELETE", f"/images/{info['Id']}")
+            if not self.api.image_present(reference) or time.monotonic() > deadline:
+                break
+            if waited is not None:
+                log(f"{info['Id'][:19]} is in use outside this rehearsal; retrying its removal every 2 s")
+                waited = None
+            time.sleep(2)
         assert not self.api.image_present(reference), (
             f"{reference} ({info['Id'][:19]}) stays in podman's storage (a container uses it?): the pull would not be tested")
 
