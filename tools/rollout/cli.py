@@ -294,7 +294,9 @@ def check_running_revision(docker: DockerAPI, deployed: Compose, states: dict[st
         running = docker.config_hash(container)
         if running != states[service].compose_hash:
             raise Refused(f"{service}: the running container ({container[:12]}, hash {running[:12] or 'none'}) was not "
-                          f"deployed from --from (hash {states[service].compose_hash[:12]}): roll back would not restore it")
+                          f"deployed from --from (hash {states[service].compose_hash[:12]}): roll back would not restore it; "
+                          f"if the host's compose manager deployed it, pass the file and tag it deployed as --from and "
+                          f"the env map it deployed with as --env-file ({RUNBOOK}, \"Compose manager\")")
 
 
 def _lock(project: str, journal: Path, args: argparse.Namespace) -> ProjectLock:

@@ -26,7 +26,7 @@ from tools.rollout.apply import Gates, Rollout, StepFailed, http_get
 from tools.rollout.compose_cli import Compose, ComposeError, Redactor, ServiceState, go_duration_s
 from tools.rollout.lock import LockHeld, ProjectLock
 from tools.rollout.manager import ManagerClient, ManagerError
-from tools.rollout.rehearsal import ManagerStandIn
+from tools.rollout.rehearsal import ManagerStandIn, compose_pass
 from tools.rollout.docker_api import ContainerState, demux
 from tools.rollout.in_container import announce, standin
 from tools.rollout.plan import FORCE_RECREATE, RECREATE, make_plan, refusals
@@ -1052,3 +1052,45 @@ def test_demux_reads_dockers_multiplexed_log() -> None:
     frames = b"\x01\0\0\0\0\0\0\x06ready\n" + b"\x02\0\0\0\0\0\0\x04err\n"
     assert demux(frames) == b"ready\nerr\n"
     assert demux(b"raw tty output\n") == b"raw tty output\n"
+
+
+def test_a_container_the_manager_did_not_make_from_from_is_refused(tmp_path: Path) -> None:
+    """e.g. the manager deployed r2 with another env map: its hash is not --from's."""
+    states = {R2: ServiceState(R2, "h-manager-env", health_port=8000)}
+    with pytest.raises(cli.Refused, match=rf"^{R2}: the running container \(A-r2, hash h-A\) was not deployed from "
+                                          r"--from .*pass the file and tag it deployed as --from and the env map it "
+                                          r"deployed with as --env-file \(docs/rollout.md, \"Compose manager\"\)$"):
+        cli.check_running_revision(FakeDocker(), FakeCompose("A", {R2: "A-r2"}, []), states, [R2])
+
+
+class PassCompose:
+    """What compose_pass asks of Compose: `run` (recorded) and `hashes` (the file's)."""
+
+    project = "unit"
+
+    def __init__(self, calls: list) -> None:
+        self.calls = calls
+
+    def run(self, *args: str, timeout_s: float = 0) -> subprocess.CompletedProcess:
+        self.calls.append(args)
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    def hashes(self) -> dict[str, str]:
+        return {R1: "h-A", R2: "h-A"}
+
+
+class PassDocker:
+    def container_ids(self, project: str, service: str) -> list[str]:
+        return {R1: ["A-r1"], R2: ["B-r2"]}[service]  # r2 was rolled to B behind the manager's back
+
+    def config_hash(self, container_id: str) -> str:
+        return "h-" + container_id.split("-", 1)[0]
+
+
+def test_the_standin_managers_pass_puts_back_what_differs_from_its_file(tmp_path: Path) -> None:
+    """Why the rollout pauses it: unpaused, its next pass over A undoes r2's roll to B."""
+    calls: list = []
+    output = compose_pass(lambda file: PassCompose(calls), PassDocker())(tmp_path / "a.yaml", [R1, R2])
+    assert calls == [("up", "--detach", "--remove-orphans", "--no-deps", "--no-recreate", R1, R2),
+                     ("up", "--detach", "--no-deps", "--force-recreate", R2)]
+    assert output.endswith(f"recreated {R2} (hash h-B -> h-A)")
