@@ -268,7 +268,7 @@ class Rollout:
         proof: str | None = None
         slowest, count = 0.0, None
         while True:
-            before = self._served(service, own) if own else None
+            before = self._served(service, own) if own and proof is None else None
             start = time.monotonic()
             status, headers, body = http_request(g.verify_url, g.verify_timeout_s, g.verify_token, chat_request(model))
             took = time.monotonic() - start
@@ -289,7 +289,7 @@ class Rollout:
                     proof = f"{service}'s {SERVED_COUNTER[0]} {before:g} -> {count:g} across request {len(upstreams)}"
             if len(upstreams) >= g.verify_requests and (own is None or proof):
                 break
-            if proof is None and time.monotonic() > deadline:  # (own is set: without it the loop ended above)
+            if own and proof is None and time.monotonic() > deadline:
                 seen = f"; {g.verify_upstream_header}: {sorted(set(upstreams))}" if header else ""
                 raise StepFailed(service, "verification", f"none of {len(upstreams)} requests through {g.verify_url} "
                                  f"within {g.verify_within_s:g} s was served by {service} (its {SERVED_COUNTER[0]} "
