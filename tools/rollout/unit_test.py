@@ -1094,3 +1094,15 @@ def test_the_standin_managers_pass_puts_back_what_differs_from_its_file(tmp_path
     assert calls == [("up", "--detach", "--remove-orphans", "--no-deps", "--no-recreate", R1, R2),
                      ("up", "--detach", "--no-deps", "--force-recreate", R2)]
     assert output.endswith(f"recreated {R2} (hash h-B -> h-A)")
+
+
+def test_verification_of_a_service_that_is_not_an_engine(tmp_path: Path, proxy, monkeypatch) -> None:
+    """The registrar: no own address to ask and no counter; the proxy path answers, slowly."""
+    monkeypatch.setattr(Proxy, "upstreams", [R1])
+    said: list[str] = []
+    journal = jr.Journal.create(tmp_path / "j.json", "unit", [REGISTRAR], "A", "", "B", "", None, tmp_path)
+    states = {REGISTRAR: ServiceState(REGISTRAR, "h-B"), R1: ServiceState(R1, "h-B", health_port=proxy[1], model="m")}
+    g = Gates(verify_url=proxy[0], probe_interval_s=0.01, verify_within_s=0.0)
+    Rollout(journal, None, None, g, FakeDocker(), states, states, say=said.append, sleep=lambda s: None).verify(REGISTRAR, "x")
+    assert Proxy.served == 4 and said == [f"rollout: {REGISTRAR}: verified through {proxy[0]} (4 requests, slowest "
+                                          f"{said[0].split('slowest ')[1]}"]
