@@ -2,8 +2,8 @@
 
     bazel run //tools/rollout -- plan  --from compose/F@REV --to compose/F[@REV] --services S... [--env-file HOST_ENV]
     bazel run //tools/rollout -- apply --from compose/F@REV --to compose/F@REV --services S... \\
-        --project-name P --env-file HOST_ENV --journal J --verify-url URL \\
-        (--drain-via PROXY_SERVICE | --no-drain) [--bake-s 300] [--rehearsal]
+        --project-name P --env-file HOST_ENV --journal J --verify-url URL/v1/chat/completions \\
+        (--drain-via PROXY_SERVICE | --no-drain) (--manager-url URL | --no-manager) [--bake-s 300] [--rehearsal]
     bazel run //tools/rollout -- apply --resume --journal J
     bazel run //tools/rollout -- rollback --journal J
 
@@ -14,7 +14,8 @@ Compose would replace and refuses a plan that touches other services than the na
 revision, holds the project's lock (lock.py), then runs the plan (tools/rollout/apply.py).
 No command prints an environment value: the env file goes to Compose by path.
 The runbook: docs/rollout.md.
-Exit: 0 done, 1 refused or rolled back, 2 error, 3 rollback failed, 130 interrupted.
+Exit: 0 done, 1 refused or rolled back, 2 error, 3 rollback failed, 4 done or rolled back but the
+compose manager was not resumed, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+from urllib.parse import urlsplit
 
 from pins import deployable
 from tools.rollout import journal as jr
@@ -107,6 +109,19 @@ def require_reviewed(source: Source, workspace: Path) -> None:
            else "a work-tree file can change after it was reviewed")
     raise Refused(f"--to {source.path} is the work tree's file and {why}: apply deploys a reviewed revision; commit "
                   f"it and pass --to {source.path}@<commit> ({RUNBOOK}, \"Reviewed input\")")
+
+
+def require_merged(source: Source, workspace: Path, main_ref: str) -> None:
+    """The target's commit is on the main branch: reviewed and merged, what the next operator finds."""
+    commit = source.commit(workspace)
+    main = _git(workspace, "rev-parse", "--verify", "--quiet", f"{main_ref}^{{commit}}")
+    if main.returncode != 0:
+        raise Refused(f"--main-ref {main_ref} is not a commit in {workspace}: `git fetch origin` (or name the main "
+                      f"branch with --main-ref) ({RUNBOOK}, \"Reviewed input\")")
+    if _git(workspace, "merge-base", "--is-ancestor", commit, main.stdout.strip()).returncode != 0:
+        raise Refused(f"--to {source}: commit {commit[:12]} is not on {main_ref} ({main.stdout.strip()[:12]}): apply "
+                      f"deploys merged revisions only; merge it (then `git fetch origin`) and pass --to "
+                      f"{source.path}@<the merged commit> ({RUNBOOK}, \"Reviewed input\")")
 
 
 def checkout(source: Source, workspace: Path, into: Path) -> Path:
@@ -204,7 +219,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 GATE_FIELDS = ("wait_timeout_s", "health_timeout_s", "healthy_probes", "probe_interval_s", "verify_url",
                "verify_requests", "verify_timeout_s", "verify_within_s", "verify_upstream_header", "bake_s",
                "max_restarts", "pull_timeout_s", "drain_via", "drain_port", "drain_timeout_s", "check_service",
-               "check_timeout_s")
+               "check_timeout_s", "manager_url")
 
 
 def gate_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -213,25 +228,38 @@ def gate_options(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "no_check", False):
         options["check_service"] = None
     options["verify_token_var"] = args.verify_token_var
+    options["manager_token_var"] = args.manager_token_var
     return options
 
 
+def _token(options: dict[str, Any], key: str, env_file: Path | None) -> str | None:
+    var = options.get(key)
+    if not var:
+        return None
+    flag = "--" + key.replace("_", "-")
+    if env_file is None:
+        raise UsageError(f"{flag} {var} needs --env-file")
+    values = read_env_file(env_file)
+    if var not in values:
+        raise UsageError(f"{flag}: {env_file} has no {var}")
+    return values[var]
+
+
 def gates_of(options: dict[str, Any], env_file: Path | None) -> Gates:
-    token, var = None, options.get("verify_token_var")
-    if var:
-        if env_file is None:
-            raise UsageError(f"--verify-token-var {var} needs --env-file")
-        values = read_env_file(env_file)
-        if var not in values:
-            raise UsageError(f"--verify-token-var: {env_file} has no {var}")
-        token = values[var]
     known = {f.name for f in dataclasses.fields(Gates)}
-    return Gates(verify_token=token, **{k: v for k, v in options.items() if k in known})
+    return Gates(verify_token=_token(options, "verify_token_var", env_file),
+                 manager_token=_token(options, "manager_token_var", env_file),
+                 **{k: v for k, v in options.items() if k in known})
 
 
 def check_options(args: argparse.Namespace, states: dict[str, ServiceState], all_services: set[str]) -> None:
     """Drain, check and wait bounds that fit the target's services, or the refusal that says why not."""
     engines = [s for s in args.services if states[s].health_port is not None]
+    if args.manager_url is None and not args.no_manager:
+        raise Refused("say how the host's compose manager hands the services over: --manager-url URL (it stops "
+                      "reconciling them during the roll, then reconciles against the target) or --no-manager (no "
+                      f"manager deploys on this host; its next `up --remove-orphans` could undo the roll) ({RUNBOOK}, "
+                      "\"Compose manager\")")
     for service in args.services:
         if args.wait_timeout_s < states[service].start_period_s:
             raise Refused(f"--wait-timeout-s {args.wait_timeout_s:g} is below {service}'s healthcheck start_period "
@@ -248,6 +276,15 @@ def check_options(args: argparse.Namespace, states: dict[str, ServiceState], all
                       f"service that checks one replica, or pass --no-check ({RUNBOOK}, \"Check\")")
 
 
+def check_verify_url(url: str) -> None:
+    """Verification must reach an engine: the proxy lists its model on /v1/models by itself."""
+    path = urlsplit(url).path.rstrip("/")
+    if not path.endswith("/v1/chat/completions"):
+        raise Refused(f"--verify-url {url}: verification posts a chat completion through the proxy path, which only an "
+                      f"engine can answer (the proxy answers {path or '/'} without one); pass the chat completions URL, "
+                      f"e.g. http://127.0.0.1:8000/v1/chat/completions ({RUNBOOK}, \"Verify\")")
+
+
 def check_running_revision(docker: DockerAPI, deployed: Compose, states: dict[str, ServiceState], services: list[str]) -> None:
     """The named services must run the deployed revision: a rollback restores exactly that."""
     for service in services:
@@ -257,7 +294,9 @@ def check_running_revision(docker: DockerAPI, deployed: Compose, states: dict[st
         running = docker.config_hash(container)
         if running != states[service].compose_hash:
             raise Refused(f"{service}: the running container ({container[:12]}, hash {running[:12] or 'none'}) was not "
-                          f"deployed from --from (hash {states[service].compose_hash[:12]}): roll back would not restore it")
+                          f"deployed from --from (hash {states[service].compose_hash[:12]}): roll back would not restore it; "
+                          f"if the host's compose manager deployed it, pass the file and tag it deployed as --from and "
+                          f"the env map it deployed with as --env-file ({RUNBOOK}, \"Compose manager\")")
 
 
 def _lock(project: str, journal: Path, args: argparse.Namespace) -> ProjectLock:
@@ -292,12 +331,15 @@ def cmd_apply(args: argparse.Namespace, gate: Gate | None, validate: Validate | 
         finally:
             lock.release()
     if not (args.source and args.to and args.services and args.project_name and args.verify_url):
-        raise UsageError("apply needs --from, --to, --services, --project-name and --verify-url (a URL on the proxy "
-                         "path, e.g. http://127.0.0.1:8000/v1/models through nginx), or --resume --journal J")
+        raise UsageError("apply needs --from, --to, --services, --project-name and --verify-url (the chat completions "
+                         "URL on the proxy path, e.g. http://127.0.0.1:8000/v1/chat/completions through nginx), or "
+                         "--resume --journal J")
+    check_verify_url(args.verify_url)
     if args.rehearsal:
         check_rehearsal_endpoint(docker_host)
     else:
         require_reviewed(args.to, workspace)
+        require_merged(args.to, workspace, args.main_ref)
     lock = _lock(args.project_name, journal_path, args)
     try:
         with tempfile.TemporaryDirectory(prefix="rollout-apply-") as scratch:
@@ -369,14 +411,20 @@ def _add_gate_args(p: argparse.ArgumentParser) -> None:
                    help="the compose service run against each rolled engine, directly (default: %(default)s)")
     p.add_argument("--check-timeout-s", type=float, default=Gates.check_timeout_s)
     p.add_argument("--no-check", action="store_true", help="skip the per-replica check")
-    p.add_argument("--verify-url", help="a URL on the proxy path (e.g. http://127.0.0.1:8000/v1/models via nginx)")
+    p.add_argument("--verify-url", help="the chat completions URL on the proxy path "
+                   "(e.g. http://127.0.0.1:8000/v1/chat/completions via nginx)")
     p.add_argument("--verify-requests", type=int, default=4, help="at least this many, each answering 200")
     p.add_argument("--verify-timeout-s", type=float, default=Gates.verify_timeout_s,
                    help="bound of one request through the proxy path")
     p.add_argument("--verify-within-s", type=float, default=Gates.verify_within_s,
-                   help="with --verify-upstream-header: bound for an answer to come from the rolled service")
-    p.add_argument("--verify-upstream-header", help="response header naming the backend that answered")
+                   help="bound for a request through the proxy to be served by the rolled service")
+    p.add_argument("--verify-upstream-header", help="response header naming the backend that answered (optional: the "
+                   "engine's own served-request counter is read either way)")
     p.add_argument("--verify-token-var", help="env-file key whose value is the proxy's bearer token (never printed)")
+    p.add_argument("--manager-url", help="the host's compose manager (its reconcile API, tools/rollout/manager.py): "
+                   "paused for the named services during the roll, resumed against the target after")
+    p.add_argument("--manager-token-var", help="env-file key whose value is the manager's bearer token (never printed)")
+    p.add_argument("--no-manager", action="store_true", help="no compose manager reconciles this host's services")
     p.add_argument("--bake-s", type=float, default=300.0, help="bake period after the gates (default: %(default)s)")
     p.add_argument("--max-restarts", type=int, default=1,
                    help="restarts of the new container while `up --wait` waits that fail it as a crash loop")
@@ -396,6 +444,8 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--project-name", help="the Compose project the revisions run as")
         if name == "apply":
             s.add_argument("--resume", action="store_true", help="continue the rollout recorded in --journal")
+            s.add_argument("--main-ref", default="origin/main",
+                           help="the main branch: --to's commit must be on it (default: %(default)s)")
             s.add_argument("--rehearsal", action="store_true",
                            help="a rehearsal endpoint (DOCKER_HOST under the temp dir, marked): the target may be a "
                                 "work-tree file, no validators or deployability gate")

@@ -93,6 +93,7 @@ class ServiceState:
     health_port: int | None = None
     image: str | None = None
     start_period_s: float = 0.0  # the container healthcheck's start_period (0: none)
+    model: str | None = None  # an engine's --served-model-name: what a chat completion asks for
 
 
 @dataclass
@@ -241,6 +242,8 @@ def service_states(model: Mapping[str, Any], hashes: Mapping[str, str], project_
         labels = service.get("labels") or {}
         engine = labels.get("nearai.otel.role") == "engine"
         start_period = (service.get("healthcheck") or {}).get("start_period")
+        argv = [str(a) for a in service.get("command") or []]
+        served = argv[argv.index("--served-model-name") + 1] if "--served-model-name" in argv[:-1] else None
         states[name] = ServiceState(
             name=name,
             compose_hash=hashes.get(name, ""),
@@ -249,6 +252,7 @@ def service_states(model: Mapping[str, Any], hashes: Mapping[str, str], project_
             health_port=int(labels.get("nearai.otel.port", "8000")) if engine else None,
             image=service.get("image"),
             start_period_s=go_duration_s(start_period, f"services.{name}.healthcheck.start_period") if start_period else 0.0,
+            model=(served or labels.get("nearai.otel.model")) if engine else None,
         )
     return states
 

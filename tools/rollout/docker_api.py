@@ -1,7 +1,7 @@
 """Reads container state from the Docker Engine API (podman's compatible API too).
 
 Only what the health gate needs that Compose does not print: a container's address on its
-network, whether it runs, and its restart count. Plain HTTP over the unix socket DOCKER_HOST
+network, whether it runs, its restart count, and its log (the startup log gate). Plain HTTP over the unix socket DOCKER_HOST
 names (Compose itself talks to the same socket).
 """
 
@@ -84,6 +84,13 @@ class DockerAPI:
             raise DockerAPIError(f"Docker API at {self.host}: GET /images/{reference}/json answered {status}: {body[:300]!r}")
         return status == 200
 
+    def logs(self, container_id: str, timeout_s: float = 60.0) -> str:
+        """The container's stdout and stderr so far, as text."""
+        status, body = self.request("GET", f"/containers/{quote(container_id)}/logs?stdout=true&stderr=true", timeout_s)
+        if status != 200:
+            raise DockerAPIError(f"Docker API at {self.host}: logs of {container_id[:12]} answered {status}: {body[:300]!r}")
+        return demux(body).decode(errors="replace")
+
     def state(self, container_id: str) -> ContainerState:
         data = self.get_json(f"/containers/{quote(container_id)}/json")
         networks = (data.get("NetworkSettings") or {}).get("Networks") or {}
@@ -96,3 +103,15 @@ class DockerAPI:
             addresses=tuple(n["IPAddress"] for _, n in sorted(networks.items()) if n.get("IPAddress")),
             health=health.get("Status") or None,
         )
+
+
+def demux(body: bytes) -> bytes:
+    """The payload of Docker's multiplexed log stream (a container without a TTY): frames of an
+    8-byte header (stream 0-2, three zero bytes, big-endian length) and the bytes; anything
+    else (a TTY's raw stream) is returned as it is."""
+    out, pos = bytearray(), 0
+    while pos + 8 <= len(body) and body[pos] in (0, 1, 2) and body[pos + 1:pos + 4] == b"\0\0\0":
+        size = int.from_bytes(body[pos + 4:pos + 8], "big")
+        out += body[pos + 8:pos + 8 + size]
+        pos += 8 + size
+    return bytes(out) if pos == len(body) else body

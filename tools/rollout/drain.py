@@ -21,9 +21,8 @@ import json
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from lab.in_container import metrics_text
+from tools.rollout.engine_metrics import IN_FLIGHT_GAUGES, MetricsError, metric_sum
 
-IN_FLIGHT_GAUGES = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
 CONTROL = "/_rollout"
 
 
@@ -73,15 +72,7 @@ class Drainer:
 
 def in_flight(host: str, port: int, timeout_s: float = 10.0) -> float:
     """Running + queued requests of the engine at host:port, from its /metrics."""
-    status, body = _call(host, port, "GET", "/metrics", timeout_s)
-    if status != 200:
-        raise DrainError(f"http://{host}:{port}/metrics answered {status}: the engine must run with --enable-metrics")
     try:
-        samples = metrics_text.parse(body.decode())
-    except metrics_text.MetricsParseError as err:
-        raise DrainError(f"http://{host}:{port}/metrics: {err}") from None
-    found = [s for s in samples if s.name in IN_FLIGHT_GAUGES]
-    if not found:
-        raise DrainError(f"http://{host}:{port}/metrics has none of {', '.join(IN_FLIGHT_GAUGES)}: the in-flight "
-                         "count cannot be read (is --enable-metrics on?)")
-    return sum(s.value for s in found)
+        return metric_sum(host, port, IN_FLIGHT_GAUGES, timeout_s)
+    except MetricsError as err:
+        raise DrainError(f"{err}: the in-flight count cannot be read") from None

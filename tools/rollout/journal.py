@@ -57,6 +57,8 @@ class Journal:
     # The gates this apply runs with (no secret: the token is named by its env-file key), so a
     # resume or rollback checks exactly what the apply did.
     options: dict = field(default_factory=dict)
+    # The host's compose manager does not reconcile the services (manager.py) until resumed.
+    manager_paused: bool = False
 
     @classmethod
     def create(cls, path: Path, project: str, services: list[str], from_label: str, from_text: str,

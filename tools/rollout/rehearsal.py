@@ -11,6 +11,11 @@
   the phase it fell in.
 * `Traffic`: a client's chat completions through the ingress (nginx -> proxy -> an engine)
   every 100 ms, each answer recorded with its phase and the replica that served it.
+* `ManagerStandIn`: the host's compose manager, reconciling: every `interval_s` it runs
+  `up --detach --remove-orphans` of the file it deployed last (`compose_pass`), over every
+  service with a restart policy (what it keeps running), unless the rollout paused it, and
+  serves the reconcile API the rollout pauses and resumes it with (tools/rollout/manager.py)
+  on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -26,8 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
 from tools.podman import podman_backend
+from tools.rollout.compose_cli import Compose, ComposeError
 from tools.rollout.docker_api import DockerAPI, DockerAPIError
+from tools.rollout.manager import PAUSE, RESUME, STATE
 
 PROJECT_LABEL = "com.docker.compose.project"
 
@@ -288,3 +298,140 @@ def remove_objects(api: DockerAPI, objects: dict[str, list[str]]) -> None:
         api.request("DELETE", f"/networks/{nid}")
     for name in objects["volumes"]:
         api.request("DELETE", f"/volumes/{quote(name)}?force=true")
+
+
+@dataclass(frozen=True)
+class ManagerPass:
+    revision: str
+    services: tuple[str, ...]
+    ok: bool
+    output: str  # Compose's output (the rehearsal's files hold no secret)
+
+
+class ManagerStandIn:
+    """A compose manager that reconciles, with the reconcile API of tools/rollout/manager.py.
+
+    `run_pass(file, services)` is one reconcile pass (Compose's `up`; a test passes its own).
+    A pause takes the pass lock, so it answers only when no pass is running, and no pass runs
+    while any service is paused (a pass is `up` over the whole file). One-shot services (`restart: "no"`, the downloader) are not
+    reconciled: re-running the rehearsal's downloader would rewrite the model files under an
+    engine that is starting, and a one-shot job is not what undoes a roll.
+    """
+
+    def __init__(self, revision: str, file: Path, services: list[str], run_pass: Callable[[Path, list[str]], str],
+                 interval_s: float = 10.0) -> None:
+        self.revision, self.file, self.services = revision, file, list(services)
+        self.run_pass, self.interval_s = run_pass, interval_s
+        self.paused: dict[str, str] = {}  # service -> holder
+        self.passes: list[ManagerPass] = []
+        self._pass_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="manager-standin")
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._server_thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="manager-api")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> None:
+        self._server_thread.start()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=600)
+        self._server.shutdown()
+        self._server.server_close()
+
+    def reconcile_once(self) -> ManagerPass | None:
+        with self._pass_lock:
+            if self.paused:  # a pass is over the whole file: it would touch the paused service too
+                return None
+            services = tuple(self.services)
+            try:
+                output, ok = self.run_pass(self.file, list(services)), True
+            except ComposeError as err:
+                output, ok = str(err), False
+            done = ManagerPass(self.revision, services, ok, output)
+            self.passes.append(done)
+            return done
+
+    def _loop(self) -> None:
+        while not self._stopping.wait(self.interval_s):
+            self.reconcile_once()
+
+    def state(self) -> dict:
+        return {"paused": sorted(self.paused), "revision": self.revision, "passes": len(self.passes)}
+
+    def _handler(self):
+        manager = self
+
+        class API(BaseHTTPRequestHandler):
+            def _reply(self, status: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path == STATE:
+                    self._reply(200, manager.state())
+                else:
+                    self._reply(404, {"error": f"no {self.path}"})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                services = list(body.get("services") or [])
+                unknown = sorted(set(services) - set(manager.services))
+                if not services or unknown:
+                    self._reply(400, {"error": f"services must be some of {manager.services}; unknown {unknown}"})
+                    return
+                if self.path == PAUSE:
+                    with manager._pass_lock:  # the running pass ends first
+                        for service in services:
+                            manager.paused[service] = str(body.get("holder") or "")
+                    self._reply(200, manager.state())
+                elif self.path == RESUME:
+                    with manager._pass_lock:
+                        if body.get("file"):
+                            manager.file, manager.revision = Path(body["file"]), str(body.get("revision") or body["file"])
+                        for service in services:
+                            manager.paused.pop(service, None)
+                    self._reply(200, manager.state())
+                else:
+                    self._reply(404, {"error": f"no {self.path}"})
+
+            def log_message(self, *args) -> None:
+                pass
+
+        return API
+
+
+def compose_pass(compose: Callable[[Path], Compose], api: DockerAPI) -> Callable[[Path, list[str]], str]:
+    """A reconcile pass as a manager runs it: `up --detach --remove-orphans` of its file.
+
+    In two calls, because podman 4.3's Docker API reports a container's network by name where
+    Compose compares the network's id, so a plain `up` recreates every container on every pass
+    (measured: a second `up -d` of an unchanged one-service file said `Recreate`). So: `up
+    --no-recreate` (create what is missing, start what stopped, remove orphans), then a forced
+    recreate of each service whose container's config-hash label is not the file's `config
+    --hash`, which is the decision Compose itself makes on a Docker host."""
+
+    def run(file: Path, services: list[str]) -> str:
+        c = compose(file)
+        proc = c.run("up", "--detach", "--remove-orphans", "--no-deps", "--no-recreate", *services, timeout_s=600)
+        lines = [(proc.stdout + proc.stderr).strip()]
+        hashes = c.hashes()
+        for service in services:
+            ids = api.container_ids(c.project, service)
+            running = api.config_hash(ids[0]) if ids else ""
+            if ids and running != hashes.get(service):
+                c.run("up", "--detach", "--no-deps", "--force-recreate", service, timeout_s=600)
+                lines.append(f"recreated {service} (hash {running[:12]} -> {hashes.get(service, '')[:12]})")
+        return "\n".join(lines)
+
+    return run

@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -51,8 +52,8 @@ from tools.podman import podman_backend
 from tools.podman.spec import default_cache_root
 from tools.rollout.compose_cli import Compose
 from tools.rollout.docker_api import DockerAPI
-from tools.rollout.rehearsal import (HealthTicker, PodmanService, Prober, Traffic, project_filter, project_objects,
-                                     remove_objects)
+from tools.rollout.rehearsal import (HealthTicker, ManagerStandIn, PodmanService, Prober, Traffic, compose_pass,
+                                     project_filter, project_objects, remove_objects)
 from tools.rollout.transform import PROXY, rehearsal_model
 
 LONG = "GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml"
@@ -144,6 +145,8 @@ class Stack:
         self.ticker: HealthTicker | None = None
         self.prober: Prober | None = None
         self.traffic: Traffic | None = None
+        self.manager: ManagerStandIn | None = None
+        self.reconciled: list[str] = []  # the services the stand-in manager keeps running
         self.files: dict[str, Path] = {}
         self.pulled_ref = ""  # r2's v3 image in the loopback registry
         self.images: dict[str, str] = {}  # name (v2, v3) -> podman image id
@@ -162,8 +165,29 @@ class Stack:
         self.unfinished = None
 
     def compose(self, revision: str) -> Compose:
-        return Compose(binary=self.compose_bin, file=self.files[revision], project=self.project,
-                       docker_host=self.service.docker_host)
+        return self.compose_file(self.files[revision])
+
+    def compose_file(self, file: Path) -> Compose:
+        return Compose(binary=self.compose_bin, file=file, project=self.project, docker_host=self.service.docker_host)
+
+    def start_manager(self) -> None:
+        """The host's compose manager, reconciling revision A as deployed."""
+        self.manager = ManagerStandIn("a", self.files["a"], self.reconciled, compose_pass(self.compose_file, self.api),
+                                      interval_s=MANAGER_INTERVAL_S)
+        self.manager.start()
+        log(f"stand-in compose manager on {self.manager.url}: `up --detach --remove-orphans --no-deps` of "
+            f"{', '.join(self.reconciled)} every {MANAGER_INTERVAL_S:g} s")
+
+    def manager_pass(self, what: str) -> None:
+        """Waits for the manager's next pass (a new one, so it ran on what is deployed now)."""
+        seen = len(self.manager.passes)
+        _wait(lambda: len(self.manager.passes) > seen, 10 * MANAGER_INTERVAL_S + 300, f"a manager pass {what}")
+        done = self.manager.passes[-1]
+        log(f"  manager pass {len(self.manager.passes)} ({what}) on revision {done.revision}: ok={done.ok}; "
+            f"paused {sorted(self.manager.paused)}")
+        for line in done.output.splitlines():
+            log(f"    manager| {line}")
+        assert done.ok, f"the manager's pass failed: {done.output}"
 
     def lock(self) -> None:
         """Waits until no other rehearsal on this machine runs (their container names are the same)."""
@@ -229,6 +253,8 @@ class Stack:
             self.files[revision] = self.tmp / f"rev-{revision}.yaml"
             self.files[revision].write_text(json.dumps(rehearsal.model, indent=1, sort_keys=True) + "\n")
             self.addresses = rehearsal.addresses
+            self.reconciled = sorted(n for n, svc in rehearsal.model["services"].items()
+                                     if svc.get("restart", "no") != "no" and not svc.get("profiles"))
             argv = model["services"][R1]["command"]
             self.served_model = argv[argv.index("--served-model-name") + 1]
             log(f"revision {revision}: {self.files[revision].name}; dropped {', '.join(rehearsal.dropped)}")
@@ -242,9 +268,20 @@ class Stack:
         if not self.api.image_present(reference):
             return
         info = self.api.get_json(f"/images/{reference}/json")
-        for name in info.get("RepoTags") or []:
-            self.api.request("DELETE", f"/images/{name}")
-        self.api.request("DELETE", f"/images/{info['Id']}")
+        # podman's storage is shared on this machine: another session's container on the image
+        # (e.g. a v3 in-image run through the podman CLI, which this service's API does not
+        # list) keeps it until that container ends. Retry until it is gone, bounded.
+        deadline, waited = time.monotonic() + 1800, time.monotonic()
+        while True:
+            for name in self.api.get_json(f"/images/{info['Id']}/json").get("RepoTags") or []:
+                self.api.request("DELETE", f"/images/{name}")
+            self.api.request("DELETE", f"/images/{info['Id']}")
+            if not self.api.image_present(reference) or time.monotonic() > deadline:
+                break
+            if waited is not None:
+                log(f"{info['Id'][:19]} is in use outside this rehearsal; retrying its removal every 2 s")
+                waited = None
+            time.sleep(2)
         assert not self.api.image_present(reference), (
             f"{reference} ({info['Id'][:19]}) stays in podman's storage (a container uses it?): the pull would not be tested")
 
@@ -299,8 +336,8 @@ class Stack:
                 "--from", str(self.files[source]), "--to", str(self.files[target]), "--services", R2,
                 "--project-name", self.project, "--rehearsal", "--journal", str(self.tmp / journal),
                 "--drain-via", PROXY, "--probe-interval-s", "0.5", "--lock-dir", str(self.tmp / "locks"),
-                "--verify-url", f"http://127.0.0.1:{self.port}/v1/models", "--verify-upstream-header", "X-Upstream",
-                "--verify-timeout-s", str(PROXY_TIMEOUT_S), "--bake-s", "10"]
+                "--verify-url", f"http://127.0.0.1:{self.port}/v1/chat/completions",
+                "--verify-timeout-s", str(PROXY_TIMEOUT_S), "--bake-s", "10", "--manager-url", self.manager.url]
 
     def env(self) -> dict[str, str]:
         # Unbuffered: a killed apply's log must hold every line it printed.
@@ -319,7 +356,7 @@ class Stack:
         return self.run_tool(self.rollout_argv(source, target, journal), f"rollout {source} -> {target}")
 
     def teardown(self) -> None:
-        for part in (self.traffic, self.prober, self.ticker):
+        for part in (self.manager, self.traffic, self.prober, self.ticker):
             if part is not None:
                 part.stop()
         left: dict[str, list[str]] = {}
@@ -342,6 +379,7 @@ class Stack:
         assert not any(left.values()), f"the rehearsal left {left}"
 
 
+MANAGER_INTERVAL_S = 10.0  # the stand-in manager's reconcile period
 PROXY_TIMEOUT_S = 180.0  # one request: above the stand-ins' own 60 s per hop, so their 502 says why
 
 
@@ -415,6 +453,9 @@ def test_1_deploy_all_healthy(stack: Stack) -> None:
     assert all(status == 200 for status, _ in answers), f"phase 1: through the proxy path: {answers}"
     counts = stack.log_probes("deploy")
     assert all(total > 0 and missed == 0 for total, missed in counts.values()), counts
+    stack.start_manager()
+    stack.manager_pass("on the deployment")
+    assert not _changed(containers, stack.containers()), "the manager's pass over what it deployed replaced a container"
     stack.passed()
 
 
@@ -478,7 +519,8 @@ def test_3_roll_r2_to_v3_killed_and_resumed(stack: Stack) -> None:
         log(f"  1| {line}")
     state = json.loads(journal.read_text())
     log(f"  killed the first apply (pid {first.pid}) at step {state['entries'][R2]['step']!r}; proxy backends "
-        f"draining: {stack.proxy_backends()}")
+        f"draining: {stack.proxy_backends()}; manager paused {sorted(stack.manager.paused)}")
+    assert sorted(stack.manager.paused) == [R2], "the killed apply's pause of the manager did not hold"
     proc = stack.run_tool([sys.executable, "-m", "tools.rollout.cli", "--compose-bin", str(stack.compose_bin), "apply",
                            "--resume", "--journal", str(journal), "--lock-dir", str(stack.tmp / "locks")],
                           "rollout apply --resume")
@@ -503,6 +545,12 @@ def test_3_roll_r2_to_v3_killed_and_resumed(stack: Stack) -> None:
     log(f"  through the proxy path: {answers}")
     assert all(status == 200 for status, _ in answers) and any(up == R2 for _, up in answers), (
         f"phase 3: through the proxy path, every answer 200 and one from {R2}: {answers}")
+    assert f"{R2}: served a chat completion on its own address" in proc.stdout, proc.stdout
+    assert f"served by {R2}: {R2}'s sglang:num_requests_total" in proc.stdout, proc.stdout
+    assert f"the compose manager reconciles {R2} again, against {stack.files['b']}" in proc.stdout, proc.stdout
+    assert not stack.manager.paused and stack.manager.revision == str(stack.files["b"])
+    stack.manager_pass("after the roll")
+    assert not _changed(after, stack.containers()), "the manager's pass after the roll replaced a container"
     stack.passed()
 
 
@@ -527,5 +575,8 @@ def test_4_broken_release_rolls_back(stack: Stack) -> None:
     journal = json.loads((stack.tmp / "journal-broken.json").read_text())
     assert journal["state"] == "rolled-back" and journal["entries"][R2]["step"] == "rolled-back"
     _assert_served_through(stack, "roll-broken", counts)
+    assert f"the compose manager reconciles {R2} again, against {stack.files['b']}" in proc.stdout, proc.stdout
+    stack.manager_pass("after the rollback")
+    assert not _changed(after, stack.containers()), "the manager's pass after the rollback replaced a container"
     stack.set_phase("end")
     stack.passed()
