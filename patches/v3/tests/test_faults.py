@@ -387,31 +387,3 @@ def test_a_childs_output_loads_through_the_allowlist(glm_tokenizer, tmp_path):
         assert torch.equal(mine.feature, theirs.feature)
     assert ("torch.storage", "_load_from_bytes") not in allowed
     assert ("builtins", "getattr") not in allowed
-
-
-# -- as stock: the flat-tools retry covers the encode ------------------------------------------
-
-
-@pytest.mark.detects_previous_v3
-def test_an_encode_failure_retries_with_flat_tools_as_stock(make_tokenizer_manager, glm_tokenizer):
-    """0.5.19 renders and encodes inside one try: a failure of either retries with the flat
-    (function-only) tools. The previous v3 encoded outside the retry, so a tokenizer that
-    rejects the wrapped form's prompt failed the request where stock served it."""
-    from sglang.srt.parser.template_manager import TemplateManager
-    from test_request_preprocessing_off_loop import TOOLS, TOOLS_TEMPLATE, ChatServing, _chat
-
-    class WrapperRejectingTokenizer(glm_tokenizer.__class__):
-        def encode(self, text, *args, **kwargs):
-            if '"type": "function"' in text:
-                raise TypeError("this tokenizer's template takes flat tools")
-            return super().encode(text, *args, **kwargs)
-
-    tokenizer = WrapperRejectingTokenizer(tokenizer_object=glm_tokenizer.backend_tokenizer)
-    tokenizer.chat_template = TOOLS_TEMPLATE
-    serving = ChatServing(make_tokenizer_manager(tokenizer), TemplateManager())
-
-    result = asyncio.run(serving.handle_request(_chat("weather in Paris?", tools=TOOLS), None))
-
-    assert isinstance(result, dict), f"handle_request returned an error: {result!r}"
-    prompt = tokenizer.decode(result["input_ids"])
-    assert "get_weather" in prompt and '"type": "function"' not in prompt, prompt  # flat tools
