@@ -32,7 +32,7 @@ from validators.compose_doc import (ComposeFile, Finding, InterpolationError, Lo
                                     command_argv, env_map, interpolate, join_path, labels_map,
                                     load_yaml_text)
 from validators.glm53_contract import CONTRACTS, FileContract, LongTierOverlay, ReplicaContract
-from validators.releases import (ReleaseError, Releases, carries_split, load_release_dir,
+from validators.releases import (ReleaseError, Releases, load_release_dir,
                                  load_releases)
 from validators.secrets import shown
 from validators.telemetry import collector_config
@@ -189,7 +189,7 @@ def split_gate_findings(compose: ComposeFile, name: str, releases: Releases | No
             findings.append(compose.finding(join_path(base, "image"), (
                 f"split gate: {QSPLIT}=1 requires an image whose release carries the "
                 f"dsa-indexer-qsplit patch, but {image!r} matches no release record ({where})")))
-        elif not carries_split(record):
+        elif not record.has_qsplit:
             findings.append(compose.finding(join_path(base, "image"), (
                 f"split gate: {QSPLIT}=1 requires an image whose release carries the "
                 f"dsa-indexer-qsplit patch; {record.recipe} (series {record.series}) does not "

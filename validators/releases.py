@@ -8,13 +8,8 @@ from pathlib import Path
 
 from tools.release.schema import Record, RecordError, read
 
-SPLIT_PATCH = "dsa-indexer-qsplit"
 # The validators' name for the schema's error: a record that cannot be used.
 ReleaseError = RecordError
-
-
-def carries_split(record: Record) -> bool:
-    return SPLIT_PATCH in record.patch_names
 
 
 @dataclass(frozen=True)

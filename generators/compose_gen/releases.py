@@ -18,8 +18,6 @@ from .errors import ReleaseError
 
 RECIPE_NAME_RE = re.compile(r"glm53_v[0-9]+")
 
-# The patch that makes SGLANG_DSA_INDEXER_QSPLIT=1 mean something.
-QSPLIT_PATCH = "dsa-indexer-qsplit"
 # The v3 event-loop patches; `offloop-v3-` in config_variant marks an image carrying all of them.
 EVENT_LOOP_V3_PATCHES = ("request-preprocessing-off-loop", "shm-off-loop", "mm-processor-off-loop",
                          "dispatch-off-loop", "offload-process", "event-loop-stall-dump")
@@ -39,10 +37,6 @@ class ReleaseRecord(schema.Record):
     def engine_image(self) -> str:
         """The telemetry label: first 12 hex of the digest."""
         return self.digest.split(":", 1)[1][:12]
-
-    @property
-    def has_qsplit(self) -> bool:
-        return QSPLIT_PATCH in self.patch_names
 
     @property
     def has_event_loop_v3(self) -> bool:

@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from tools.release.schema import QSPLIT_PATCH
+
 from .errors import TableError
-from .releases import EVENT_LOOP_V3_PATCHES, QSPLIT_PATCH, ReleaseRecord
+from .releases import EVENT_LOOP_V3_PATCHES, ReleaseRecord
 from .tables import Common, Deployment, Env, FilePin, HfPin, Option, PLACEHOLDER_RE, Replica
 
 HF_CACHE = "/root/.cache/huggingface"

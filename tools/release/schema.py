@@ -33,6 +33,9 @@ PATCH_KEYS = ("name", "version", "activation", "switch")
 # cpu-test: built here from the CPU lock (no GPU torch); production: a registry image pulled by
 # digest (--config=prod). Derived from the base target by the facts rule.
 BASE_FLAVORS = ("cpu-test", "production")
+# The patch that makes SGLANG_DSA_INDEXER_QSPLIT=1 mean something (patches/v1/series.json):
+# the generator refuses the switch on an image without it, the production contract requires it.
+QSPLIT_PATCH = "dsa-indexer-qsplit"
 LABEL_RE = re.compile(r"//[a-z0-9_/.-]*:[A-Za-z0-9_.-]+")
 REVISION_RE = re.compile(r"[0-9a-f]{40}|unknown")
 TIME_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
@@ -217,6 +220,10 @@ class Record:
     @property
     def patch_names(self) -> frozenset[str]:
         return frozenset(p.name for p in self.patches)
+
+    @property
+    def has_qsplit(self) -> bool:
+        return QSPLIT_PATCH in self.patch_names
 
     @staticmethod
     def from_json(obj: Any, where: str) -> "Record":
