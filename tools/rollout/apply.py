@@ -30,7 +30,6 @@ service whose container already runs the target revision is not replaced again.
 
 from __future__ import annotations
 
-import http.client
 import json
 import time
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from tools.rollout.compose_cli import Compose, ComposeError, ServiceState
 from tools.rollout.docker_api import DockerAPI, DockerAPIError
 from tools.rollout.drain import DrainError, Drainer, in_flight
 from tools.rollout.engine_metrics import SERVED_COUNTER, MetricsError, metric_sum
+from tools.rollout.http_call import http_request
 from tools.rollout.manager import ManagerClient, ManagerError
 
 RUNBOOK = "docs/rollout.md"
@@ -85,30 +85,6 @@ class Gates:
     check_timeout_s: float = 900.0
     manager_url: str | None = None  # the host's compose manager (manager.py): paused for the roll
     manager_token: str | None = None  # its bearer token; never printed
-
-
-def http_request(url: str, timeout_s: float, token: str | None = None,
-                 body: dict | None = None) -> tuple[int, dict[str, str], bytes]:
-    """(status, lower-cased headers, body); a GET, or a JSON POST with `body`. Status 0: no
-    answer, with the reason under the header key "error"."""
-    parts = urlsplit(url)
-    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = conn_cls(parts.hostname, parts.port, timeout=timeout_s)
-    try:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        conn.request("GET" if body is None else "POST", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""),
-                     body=data, headers=headers)
-        response = conn.getresponse()
-        payload = response.read()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, payload
-    except (OSError, http.client.HTTPException) as err:
-        return 0, {"error": str(err) or type(err).__name__}, b""
-    finally:
-        conn.close()
 
 
 def http_get(url: str, timeout_s: float, token: str | None = None) -> tuple[int, dict[str, str]]:

@@ -16,12 +16,12 @@ Two parts, each from its own source of truth:
 
 from __future__ import annotations
 
-import http.client
 import json
 from dataclasses import dataclass
 from urllib.parse import quote
 
 from tools.rollout.engine_metrics import IN_FLIGHT_GAUGES, MetricsError, metric_sum
+from tools.rollout.http_call import http_request
 
 CONTROL = "/_rollout"
 
@@ -31,15 +31,10 @@ class DrainError(Exception):
 
 
 def _call(host: str, port: int, method: str, path: str, timeout_s: float) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
-    try:
-        conn.request(method, path)
-        response = conn.getresponse()
-        return response.status, response.read()
-    except (OSError, http.client.HTTPException) as err:
-        raise DrainError(f"{method} http://{host}:{port}{path}: {err or type(err).__name__}") from None
-    finally:
-        conn.close()
+    status, headers, body = http_request(f"http://{host}:{port}{path}", timeout_s, method=method)
+    if status == 0:
+        raise DrainError(f"{method} http://{host}:{port}{path}: {headers['error']}")
+    return status, body
 
 
 @dataclass(frozen=True)

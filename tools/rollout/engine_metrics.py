@@ -8,9 +8,9 @@ learns that a request sent through the proxy was served by this replica and not 
 
 from __future__ import annotations
 
-import http.client
 
 from lab.in_container import metrics_text
+from tools.rollout.http_call import http_request
 
 IN_FLIGHT_GAUGES = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
 SERVED_COUNTER = ("sglang:num_requests_total",)
@@ -22,15 +22,9 @@ class MetricsError(Exception):
 
 def metric_sum(host: str, port: int, names: tuple[str, ...], timeout_s: float = 10.0) -> float:
     """The sum of every sample of `names` (all label sets) on http://host:port/metrics."""
-    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
-    try:
-        conn.request("GET", "/metrics")
-        response = conn.getresponse()
-        status, body = response.status, response.read()
-    except (OSError, http.client.HTTPException) as err:
-        raise MetricsError(f"GET http://{host}:{port}/metrics: {err or type(err).__name__}") from None
-    finally:
-        conn.close()
+    status, headers, body = http_request(f"http://{host}:{port}/metrics", timeout_s)
+    if status == 0:
+        raise MetricsError(f"GET http://{host}:{port}/metrics: {headers['error']}")
     if status != 200:
         raise MetricsError(f"http://{host}:{port}/metrics answered {status}: the engine must run with --enable-metrics")
     try:

@@ -20,10 +20,10 @@ token, if any, comes from the env file by key and is never printed.
 
 from __future__ import annotations
 
-import http.client
 import json
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+
+from tools.rollout.http_call import http_request
 
 PAUSE, RESUME, STATE = "/reconcile/pause", "/reconcile/resume", "/reconcile/state"
 
@@ -39,22 +39,11 @@ class ManagerClient:
     timeout_s: float = 600.0  # a pause waits for the manager's running pass to end
 
     def _call(self, method: str, path: str, body: dict | None = None) -> dict:
-        parts = urlsplit(self.url)
-        conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        conn = conn_cls(parts.hostname, parts.port, timeout=self.timeout_s)
-        headers = {"Content-Type": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        where = f"{method} {self.url.rstrip('/')}{path}"
-        try:
-            conn.request(method, parts.path.rstrip("/") + path, body=None if body is None else json.dumps(body),
-                         headers=headers)
-            response = conn.getresponse()
-            status, data = response.status, response.read()
-        except (OSError, http.client.HTTPException) as err:
-            raise ManagerError(f"{where}: {err or type(err).__name__}") from None
-        finally:
-            conn.close()
+        url = self.url.rstrip("/") + path
+        where = f"{method} {url}"
+        status, headers, data = http_request(url, self.timeout_s, self.token, body, method)
+        if status == 0:
+            raise ManagerError(f"{where}: {headers['error']}")
         if status != 200:
             raise ManagerError(f"{where} answered {status}: {data[:200].decode(errors='replace').strip()}")
         try:
