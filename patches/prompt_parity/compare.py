@@ -10,6 +10,7 @@ where the tokenizer is), used only to show context around a difference.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,7 +110,7 @@ def compare(current: dict[str, Any], candidate: dict[str, Any], accepted: Accept
         verdict.differences.append(difference)
         if acceptance is None:
             verdict.problems.append(f"{difference.describe()}; not accepted: review it and add "
-                                    f"{{\"entry\": {name!r}, \"candidate_ids_sha256\": \"{digest}\", "
+                                    f"{{\"entry\": {json.dumps(name)}, \"candidate_ids_sha256\": \"{digest}\", "
                                     f"\"reason\": ...}} to {path}, or fix the cause")
         elif acceptance.candidate_ids_sha256 != digest:
             verdict.problems.append(f"{difference.describe()}; {path} accepts entry {name!r} for "

@@ -44,7 +44,7 @@ def test_changed_id_fails_with_position_and_context() -> None:
     [problem] = verdict.problems
     assert problem.startswith("b: first difference at token 1 ")
     assert "'t5 ' | 't6 t7 '" in problem and "'t5 ' | 't9 t7 '" in problem
-    assert compare.ids_sha256([5, 9, 7]) in problem and FILE in problem
+    assert f"{{\"entry\": \"b\", \"candidate_ids_sha256\": \"{compare.ids_sha256([5, 9, 7])}\"" in problem and FILE in problem
 
 
 def test_length_only_difference_fails() -> None:
