@@ -387,3 +387,62 @@ def test_a_childs_output_loads_through_the_allowlist(glm_tokenizer, tmp_path):
         assert torch.equal(mine.feature, theirs.feature)
     assert ("torch.storage", "_load_from_bytes") not in allowed
     assert ("builtins", "getattr") not in allowed
+
+
+# -- start-up ----------------------------------------------------------------------------------
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_the_post_warmup_freeze_gc_waits_for_the_server_to_listen(monkeypatch, caplog):
+    """With --skip-server-warmup the post-warmup /freeze_gc is sent while uvicorn is still
+    binding its socket. Here the port is bound but not listening, so the first attempt is
+    refused; the listener starts when the function waits (its first sleep), and the freeze
+    reaches it, with nothing logged. 0.5.19 and the previous v3 gave up at once, logged a
+    traceback (which the rollout's startup-log gate refuses) and left the GC unfrozen."""
+    import http.server
+    import logging
+    import socket
+    import threading
+    from types import SimpleNamespace
+
+    from sglang.srt.entrypoints import http_server
+
+    posted: List[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            posted.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler, bind_and_activate=False)
+    server.socket.bind(("127.0.0.1", 0))  # bound, not listening: a connect is refused
+    port = server.socket.getsockname()[1]
+    serving: List[threading.Thread] = []
+    real_sleep = time.sleep
+
+    def sleep_and_listen(seconds):
+        if not serving:
+            server.server_activate()
+            serving.append(threading.Thread(target=server.handle_request, daemon=True))
+            serving[0].start()
+        real_sleep(seconds)
+
+    monkeypatch.setattr(http_server.time, "sleep", sleep_and_listen)
+    monkeypatch.setattr(http_server, "ssl_verify_of", lambda cfg: False)
+    args = SimpleNamespace(admin_api_key=None, api_key=None, url=lambda: f"http://127.0.0.1:{port}")
+    try:
+        with caplog.at_level(logging.WARNING):
+            http_server._freeze_gc_after_server_warmup(args)
+    finally:
+        for thread in serving:
+            thread.join(timeout=WAIT_S)
+        server.server_close()
+    assert serving, "the first attempt was not refused: the test did not exercise the race"
+    assert posted == ["/freeze_gc"]
+    assert "freeze_gc failed" not in caplog.text
