@@ -137,27 +137,16 @@ def test_unknown_key_on_an_engine(check_inputs, tmp_path) -> None:
 
 # --- healthchecks by meaning -------------------------------------------------------------------
 
-def test_healthcheck_that_cannot_fail(check_inputs, tmp_path) -> None:
+@pytest.mark.parametrize("suffix, forced", [(" || true", "|| true"), ("; exit 0", "; exit 0")])
+def test_healthcheck_that_cannot_fail(check_inputs, tmp_path, suffix: str, forced: str) -> None:
     def edit(service: dict[str, Any]) -> None:
         program = service["healthcheck"]["test"][-1]
-        service["healthcheck"]["test"] = ["CMD-SHELL", f'python3 -c "{program}" || true']
+        service["healthcheck"]["test"] = ["CMD-SHELL", f'python3 -c "{program}"{suffix}']
 
     files = on_engines(check_inputs, tmp_path, edit)
     assert_generator_edit_caught(check_inputs, files, per_engine(lambda p, e: (
         f"{p}: services.{e}.healthcheck.test: healthcheck-can-fail: the test forces success "
-        "('|| true'), so the service is healthy whatever happens; let the probe's failure be "
-        "the test's exit status")))
-
-
-def test_healthcheck_exit_0(check_inputs, tmp_path) -> None:
-    def edit(service: dict[str, Any]) -> None:
-        program = service["healthcheck"]["test"][-1]
-        service["healthcheck"]["test"] = ["CMD-SHELL", f'python3 -c "{program}"; exit 0']
-
-    files = on_engines(check_inputs, tmp_path, edit)
-    assert_generator_edit_caught(check_inputs, files, per_engine(lambda p, e: (
-        f"{p}: services.{e}.healthcheck.test: healthcheck-can-fail: the test forces success "
-        "('; exit 0'), so the service is healthy whatever happens; let the probe's failure be "
+        f"('{forced}'), so the service is healthy whatever happens; let the probe's failure be "
         "the test's exit status")))
 
 
