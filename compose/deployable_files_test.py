@@ -1,4 +1,4 @@
-"""The committed compose files through the deployability gate (pins/deployable.py).
+"""The committed compose files through the deployability gate (deploy/deployable.py).
 
 REQUIRE_DEPLOYABLE=1 (--config=release): every file must be deployable. Otherwise the reasons
 are printed and the CLI must report them the way an operator sees them: one line per reason
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pins import deployable
+from deploy import deployable
 
 FILES = [Path(p) for p in os.environ["COMPOSE_FILES"].split()]
 

@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from generators.compose_gen.generate import (UPDATE_COMMAND, default_deployment_tables, drift,
-                                             generate_all)
-from generators.compose_gen.releases import load_releases
+from deploy.compose_gen.generate import (UPDATE_COMMAND, default_deployment_tables, drift,
+                                         generate_all)
+from deploy.releases import load_bindings
 
 
 @pytest.fixture
 def outputs(request):
     bindings = request.config.getoption("--release")
     assert bindings, "compose/BUILD.bazel passes no --release bindings"
-    return generate_all(default_deployment_tables(), load_releases(bindings))
+    return generate_all(default_deployment_tables(), load_bindings(bindings))
 
 
 def test_committed_files_match_the_tables(request, outputs):
@@ -33,7 +33,7 @@ def test_every_table_has_a_committed_file(request, outputs):
 def test_records_carry_the_patches_the_variants_rely_on(request):
     # config_variant markers are read from the records' patch lists; a renamed patch would
     # silently drop a marker on the next update, so the names are pinned here.
-    records = load_releases(request.config.getoption("--release"))
+    records = load_bindings(request.config.getoption("--release"))
     assert not records["glm53_v1"].has_qsplit
     assert records["glm53_v2"].has_qsplit and not records["glm53_v2"].has_event_loop_v3
     assert records["glm53_v3"].has_qsplit and records["glm53_v3"].has_event_loop_v3

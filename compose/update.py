@@ -6,7 +6,7 @@ files are written into the workspace ($BUILD_WORKSPACE_DIRECTORY/compose), each 
 
 import sys
 
-from generators.compose_gen.cli import main
+from deploy.compose_gen.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,7 +1,7 @@
 """Where a compose service uses a Hugging Face pin, read back from what the generator writes.
 
-One reader for the deployability gate (pins/deployable.py) and the validators' model-revision
-rule (validators/request_path.py), so the two agree on what a use is:
+One reader for the deployability gate (deploy/deployable.py) and the validators' model-revision
+rule (deploy/validators/request_path.py), so the two agree on what a use is:
 
   * the downloader's shell script: `hf download REPO [FILE] --revision 'REV'` and the chat
     template check `echo 'SHA  <hf cache>/models--ORG--NAME/snapshots/REV/FILE' | sha256sum -c -`;

@@ -1,16 +1,17 @@
-"""@starlark_files: symlinks to every Starlark file of the main repository, for the lint test.
+"""Links to the main repository's own source files, for the lint tests.
 
-A local repository rule, so it lists the tree again whenever Bazel's server starts (a new
-file is linted from the next server on); the symlinks make Bazel track each file's content,
-so the lint test reruns exactly when one of them changes.
+@starlark_files (every BUILD/.bzl/WORKSPACE file, //tools/lint:buildifier_test) and @python_files
+(every .py file, //tools/lint:layering_test). Local repository rules, so they list the tree again
+whenever Bazel's server starts (a new file is linted from the next server on); the symlinks make
+Bazel track each file's content, so a lint test reruns exactly when one of them changes.
 """
 
-def _starlark_files_impl(rctx):
+def _tree_files_impl(rctx):
     root = rctx.path(Label("//:WORKSPACE")).dirname
-    lister = rctx.path(Label("//tools/lint:starlark.py"))
+    lister = rctx.path(rctx.attr.lister)
     listed = rctx.execute(["/usr/bin/python3", str(lister), "list", str(root)])
     if listed.return_code != 0:
-        fail("listing the Starlark files of %s failed:\n%s" % (root, listed.stderr))
+        fail("listing the files of %s with %s failed:\n%s" % (root, lister, listed.stderr))
     files = listed.stdout.splitlines()
 
     # ".lint" suffix: a link named BUILD.bazel would make a package of its directory.
@@ -30,8 +31,17 @@ def _starlark_files_impl(rctx):
         "",
     ]))
 
-starlark_files = repository_rule(
-    implementation = _starlark_files_impl,
+_tree_files = repository_rule(
+    implementation = _tree_files_impl,
     local = True,
-    doc = "Every BUILD/BUILD.bazel/WORKSPACE/*.bzl file of the main repository as @NAME//:files.",
+    attrs = {"lister": attr.label(mandatory = True, doc = "a program whose `list ROOT` prints the files")},
+    doc = "The files a lister names, as @NAME//:files (links tree/<path>.lint).",
 )
+
+def starlark_files(name):
+    """Every BUILD/BUILD.bazel/WORKSPACE/*.bzl file of the main repository as @NAME//:files."""
+    _tree_files(name = name, lister = "//tools/lint:starlark.py")
+
+def python_files(name):
+    """Every .py file of the main repository as @NAME//:files."""
+    _tree_files(name = name, lister = "//tools/lint:layering.py")
