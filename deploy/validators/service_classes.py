@@ -8,7 +8,7 @@ another rule judges it (named), or that it must be absent and why. A key no entr
 before it ships. Mapping-valued keys (healthcheck, logging, deploy) list their own keys; `*`
 stands for any key of a free-form mapping.
 
-Stated independently of the generator (generators/), like deploy/validators/tier.py.
+Stated independently of the generator (deploy/compose_gen/), like deploy/validators/tier.py.
 """
 
 from __future__ import annotations
