@@ -128,6 +128,10 @@ def test_a_child_produces_the_in_process_features_and_prompt(glm_vision, pool, n
     got = asyncio.run(pool.process(_kwargs(obj), len(images), _never_in_process))
 
     assert _stats().get("uses", 0) == before.get("uses", 0) + 1
+    # Several images are processed one at a time in the child (the in-process reference takes
+    # them in one call): the features below must still be the same bytes.
+    staged = before.get("images_one_at_a_time", 0) + (len(images) > 1)
+    assert _stats().get("images_one_at_a_time", 0) == staged
     assert got.input_ids == expected.input_ids, "the prompt's token ids differ"
     assert got.input_ids.count(glm_vision.hf_config.image_token_id) > len(images), "placeholders not expanded"
     assert torch.equal(got.mrope_positions, expected.mrope_positions)
@@ -144,6 +148,114 @@ def test_a_child_produces_the_in_process_features_and_prompt(glm_vision, pool, n
         assert feature.view(torch.uint8).equal(theirs.feature.contiguous().view(torch.uint8)), (
             "the child's features are not byte-identical to the in-process processor's")
     assert _segments() == [], "the scheduler's materialize left segments"
+
+
+def _status_kib(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_the_childs_peak_grows_by_at_most_one_and_a_half_times_the_features(glm_vision, monkeypatch):
+    """In one processor call the child held the per-image arrays, their stacking and the copy
+    into segments at once: 2.6x the features (64 x 9 MP peaked at 21.8 GB). Six 4 MP images
+    (543 MiB of features) must raise the child's resident peak (VmHWM, reset after the warm-up
+    through /proc/PID/clear_refs; the segment pages it maps to write count) by at most 1.5x."""
+    import math
+
+    from sglang.srt.managers import offload_process
+
+    # The child is read after the request: it must not be replaced for having grown.
+    monkeypatch.setattr(offload_process, "CHILD_GROWTH_LIMIT_MB", 1 << 30)
+    images = [_url(glm_vision_module.stripes_png(2000, 2000, seed)) for seed in range(6)]
+    pool = glm_vision.pool(workers=1, max_queued=0)
+    try:
+        _discard(asyncio.run(pool.process(_kwargs(_request(images[:1])), 1, _never_in_process)))
+        (child,) = [p for p in pool._processes if not p.closed]
+        with open(f"/proc/{child.pid}/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")  # VmHWM := VmRSS
+        ready_kib = _status_kib(child.pid, "VmHWM")
+        before = _stats()
+        got = asyncio.run(pool.process(_kwargs(_request(images)), len(images), _never_in_process))
+        peak_kib = _status_kib(child.pid, "VmHWM")
+        features = sum(math.prod(item.feature.shape) * item.feature.dtype.itemsize
+                       for item in got.mm_items)
+        _discard(got)
+    finally:
+        pool.close()
+    growth = (peak_kib - ready_kib) * 1024
+    print(f"features {features / 2**20:.0f} MiB, child ready {ready_kib / 1024:.0f} MiB, "
+          f"peak {peak_kib / 1024:.0f} MiB: growth {growth / features:.2f}x the features")
+    assert len(got.mm_items) == len(images)
+    assert growth <= 1.5 * features, (
+        f"the child's peak grew by {growth / features:.2f}x the features ({features} bytes)")
+    assert _stats().get("images_one_at_a_time", 0) == before.get("images_one_at_a_time", 0) + 1
+
+
+class _FakeImageProcessor:
+    """An HF image processor's call shape: pixel values rows per image and a grid per image."""
+
+    merge_size = 2
+
+    def __init__(self, extra_key: bool = False) -> None:
+        self.calls: List[int] = []
+        self.extra_key = extra_key
+
+    def __call__(self, images, **kwargs):
+        import torch
+        from transformers import BatchFeature
+
+        self.calls.append(len(images))
+        rows = [torch.full((side, 8), float(side)) for side in images]
+        data = {"pixel_values": torch.cat(rows),
+                "image_grid_thw": torch.tensor([[1, side, 1] for side in images])}
+        if self.extra_key:
+            data["image_sizes"] = torch.tensor(images)
+        return BatchFeature(data)
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_images_staged_one_at_a_time_are_the_one_call_batch_and_give_pages_back():
+    import mmap
+
+    import torch
+
+    from sglang.srt.managers import offload_process
+
+    inner = _FakeImageProcessor()
+    images = offload_process._ImagesOneAtATime(inner)
+    sides = [3 * mmap.PAGESIZE, 5 * mmap.PAGESIZE, 2 * mmap.PAGESIZE]  # rows of 8 floats
+    batch = images(sides, return_tensors="pt")
+    assert inner.calls == [1, 1, 1], "not one image per call"
+    assert images.merge_size == 2, "attributes are not the inner processor's"
+    one_call = _FakeImageProcessor()(sides)
+    assert torch.equal(batch["pixel_values"], one_call["pixel_values"])
+    assert torch.equal(batch["image_grid_thw"], one_call["image_grid_thw"])
+    staged = images.staged
+    allocated = os.fstat(staged._fd).st_blocks
+    first = batch["pixel_values"][: sides[0]]
+    staged.release(first)
+    assert os.fstat(staged._fd).st_blocks < allocated, "the released rows kept their pages"
+    images.done()
+    assert images.staged is None
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_an_image_processor_with_other_outputs_runs_in_one_call_and_says_why():
+    from sglang.srt.managers import offload_process
+
+    inner = _FakeImageProcessor(extra_key=True)
+    images = offload_process._ImagesOneAtATime(inner)
+    batch = images([4, 6])
+    assert inner.calls == [1, 2], "not retried as one call"
+    assert "image_sizes" in batch and images.staged is None
+    assert "image_sizes" in images.unstaged
 
 
 @pytest.mark.detects_stock_bug

@@ -13,12 +13,14 @@ shows up there, and one handled by a child does not.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 import os
 import signal
 import sys
 import threading
+from types import SimpleNamespace
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import orjson
@@ -365,7 +367,25 @@ def test_a_glm_size_tokenizer_process_starts_and_encodes(
 
     assert ids == [expected] * 2
     assert _large_encodes(encode_calls) == [], "a large prompt was encoded in this process"
-    assert _delta(before) == {"tokenizer_process.uses": 2, "preprocessing_lane_bulk.uses": 2}
+    assert _delta(before) == {"tokenizer_process.uses": 2, "preprocessing_lane_bulk.uses": 2,
+                              "preprocessing_lane_bulk.steps": 2}
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_a_lane_counts_each_request_once_and_each_of_its_steps(make_tokenizer_manager, glm_tokenizer):
+    """A /v1/messages request takes two lane steps (validation, conversion): the previous v3
+    counted 2 "uses" per request. Now "uses" counts requests and "steps" their steps."""
+    from test_request_preprocessing_off_loop import _anthropic_messages_call
+
+    tm = make_tokenizer_manager(glm_tokenizer)
+    before = _counts()
+
+    for _ in range(3):
+        asyncio.run(_anthropic_messages_call(tm))
+
+    assert _delta(before, "preprocessing_lane_small") == {
+        "preprocessing_lane_small.uses": 3, "preprocessing_lane_small.steps": 6}
 
 
 @pytest.mark.detects_stock_bug
@@ -733,6 +753,162 @@ def test_abort_during_the_chat_conversion_never_dispatches(
     asyncio.run(scenario())
 
     scheduler.assert_first_is("after", "an AbortReq reached the scheduler first")
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_abort_of_one_request_of_a_batch_on_its_lane_never_dispatches_it(
+    dispatching, hold_factory, monkeypatch
+):
+    """/generate with a batch of prompts: abort_request of the first one while it is tokenized
+    on its lane. The previous v3 sent an AbortReq the scheduler read before the request (and
+    ignored), then the request; now the scheduler's first message is the batch's second
+    request and the first ends as `abort`."""
+    from transformers import PreTrainedTokenizerFast
+
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    tm, scheduler, _ = dispatching
+    hold = hold_factory()
+    text = SENTENCE * 2000  # the bulk lane
+    real = PreTrainedTokenizerFast.__call__
+
+    def held(self, *args, **kwargs):
+        if args and args[0] in (text, [text]):
+            hold()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainedTokenizerFast, "__call__", held)
+    obj = GenerateReqInput(
+        text=[text, "hello"], rid=["batch-first", "batch-second"],
+        sampling_params={"max_new_tokens": 1}, stream=True,  # answers as each request ends
+    )
+    obj.normalize_batch_and_arguments()
+    tm._init_req_state(obj)
+    _answerable(tm, monkeypatch)
+
+    async def scenario():
+        responses = tm._handle_batch_request(obj)
+        first = asyncio.ensure_future(responses.__anext__())
+        await hold.wait_started()
+        tm.abort_request("batch-first")
+        hold.released.set()
+        received = await asyncio.to_thread(scheduler.receive)
+        answer = await asyncio.wait_for(first, 10)  # the aborted request's
+        await responses.aclose()
+        return received, answer
+
+    received, answer = asyncio.run(scenario())
+
+    assert type(received).__name__ != "AbortReq", "an AbortReq reached the scheduler first"
+    assert received.rid == "batch-second", f"the scheduler got {received.rid!r} first"
+    assert answer["meta_info"]["id"] == "batch-first", answer
+    assert answer["meta_info"]["finish_reason"]["type"] == "abort", answer
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_generate_request_answers_a_request_aborted_before_dispatch_as_aborted(
+    dispatching, hold_factory, monkeypatch
+):
+    """generate_request's own path: the previous v3 removed the aborted request's state
+    (_handle_abort_req) before it built the request's waiter, which then raised KeyError (a
+    500 for the client) instead of answering `abort`."""
+    from transformers import PreTrainedTokenizerFast
+
+    tm, scheduler, _ = dispatching
+    hold = hold_factory()
+    text = SENTENCE * 2000
+    real = PreTrainedTokenizerFast.__call__
+
+    def held(self, *args, **kwargs):
+        if args and args[0] in (text, [text]):
+            hold()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainedTokenizerFast, "__call__", held)
+    _answerable(tm, monkeypatch)
+
+    async def scenario():
+        answers = tm.generate_request(_request(text, "single-early"))
+        first = asyncio.ensure_future(answers.__anext__())
+        await hold.wait_started()
+        tm.abort_request("single-early")
+        hold.released.set()
+        answer = await asyncio.wait_for(first, 10)
+        await answers.aclose()
+        return answer
+
+    answer = asyncio.run(scenario())
+
+    assert answer["meta_info"]["finish_reason"]["type"] == "abort", answer
+    assert not scheduler.pull.poll(0), "something reached the scheduler"
+
+
+def _answerable(tm: Any, monkeypatch: Any) -> None:
+    """What generate_request and the answer path read that the dispatching fixture leaves
+    unset."""
+    monkeypatch.setattr(tm.request_logger, "log_finished_request", lambda *a, **k: None,
+                        raising=False)
+    monkeypatch.setattr(tm.request_logger, "log_received_request", lambda *a, **k: None,
+                        raising=False)
+    tm.incremental_streaming_output = False
+    tm.request_metrics_exporter_manager = SimpleNamespace(exporter_enabled=lambda: False)
+    monkeypatch.setattr(tm, "auto_create_handle_loop", lambda: None, raising=False)
+    monkeypatch.setattr(tm, "_set_default_priority", lambda obj: None, raising=False)
+    tm.elastic_worker_count = 1
+    tm.is_pause = False
+    tm.is_pause_cond = asyncio.Condition()
+    tm.model_update_lock = SimpleNamespace(reader_lock=contextlib.nullcontext())
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_abort_during_an_anthropic_messages_conversion_never_dispatches(
+    dispatching, hold_factory
+):
+    """/v1/messages converts on a lane too: the previous v3 did not watch it (the request had no
+    rid yet), so an abort during the conversion was dropped and the request ran. Now the rid is
+    given before the conversion (a uuid4 hex, as GenerateReqInput gives one) and watched."""
+    from test_request_preprocessing_off_loop import HeldTokenizer
+
+    from sglang.srt.entrypoints.anthropic.protocol import AnthropicMessagesRequest
+    from sglang.srt.entrypoints.anthropic.serving import AnthropicServing
+    from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
+
+    tm, scheduler, submit_until_dispatch = dispatching
+    hold = hold_factory()
+    tm.tokenizer = HeldTokenizer(tm.tokenizer, hold)
+    tm.shutdown_request_preprocessing()
+    tm.init_request_preprocessing()  # the lanes copy the held tokenizer
+
+    class DispatchingChat(OpenAIServingChat):
+        async def _handle_non_streaming_request(self, adapted_request, request, raw_request):
+            adapted_request.normalize_batch_and_arguments()
+            await submit_until_dispatch(tm, adapted_request)
+            return tm.rid_to_state.get(adapted_request.rid)
+
+    serving = AnthropicServing(DispatchingChat(tm, TemplateManager()))
+    request = AnthropicMessagesRequest(
+        model="tiny", max_tokens=8, messages=[{"role": "user", "content": "hello there"}]
+    )
+
+    async def scenario():
+        task = asyncio.create_task(serving.handle_messages(request, RawRequest(200)))
+        await hold.wait_started()
+        watched = list(tm.__dict__.get("_undispatched", {}))
+        for rid in watched:
+            tm.abort_request(rid)
+        hold.released.set()
+        await task
+        hold.released.set()
+        await submit_until_dispatch(tm, _request("hello", "after"))
+        return watched
+
+    watched = asyncio.run(scenario())
+
+    assert len(watched) == 1, f"the conversion watched {watched} for aborts"
+    scheduler.assert_first_is("after", "the aborted Messages request reached the scheduler")
 
 
 # --- 0.5.19's contracts the patch keeps ---------------------------------------------------------
