@@ -17,8 +17,9 @@ Every server runs with --enable-metrics; its /metrics is scraped after each phas
 engine's offload counters (sglang:offload_events_total{path,event}) go into results.json
 ("offload": per arm and phase, the counters' deltas) and the report.
 
-Writes to --out: results.json ({"requests": [...]}, the agreed shape, plus "tokenizer" and
-"offload"), results.md (tables),
+Writes to --out: results.json ({"requests": [...]}, the agreed shape, plus "tokenizer",
+"offload" and "worst_probes": the slowest probes split into the server loop thread's runqueue
+wait and the remainder), results.md (tables),
 health-stall.png, flood.json / flood.png, mixed.json / mixed.png, dispatch.json,
 attribution.json (the code that ran during every probe over 20 ms), run.json (images,
 commands, clean-up facts) and arms/<arm>/ (raw probes, profiles, logs).
