@@ -17,8 +17,9 @@ Every server runs with --enable-metrics; its /metrics is scraped after each phas
 engine's offload counters (sglang:offload_events_total{path,event}) go into results.json
 ("offload": per arm and phase, the counters' deltas) and the report.
 
-Writes to --out: results.json ({"requests": [...]}, the agreed shape, plus "tokenizer" and
-"offload"), results.md (tables),
+Writes to --out: results.json ({"requests": [...]}, the agreed shape, plus "tokenizer",
+"offload" and "worst_probes": the slowest probes split into the server loop thread's runqueue
+wait and the remainder), results.md (tables),
 health-stall.png, flood.json / flood.png, mixed.json / mixed.png, dispatch.json,
 attribution.json (the code that ran during every probe over 20 ms), run.json (images,
 commands, clean-up facts) and arms/<arm>/ (raw probes, profiles, logs).
@@ -238,6 +239,7 @@ def write_outputs(args: argparse.Namespace, out: Path, requests: list[str], arms
     if tokenizer:
         summary["tokenizer"] = tokenizer
     summary["offload"] = {arm: offload.arm_offload(results.load_session(arm_dirs[arm])) for arm in arms}
+    summary["worst_probes"] = {arm: results.arm_worst_probes(arm_dirs[arm]) for arm in arms}
     results.validate(summary, arms)
     (out / "results.json").write_text(json.dumps(summary, indent=1) + "\n")
     table = report.markdown_table(summary, arms) if requests else ""
@@ -281,6 +283,7 @@ def write_outputs(args: argparse.Namespace, out: Path, requests: list[str], arms
             mixed_windows[arm] = [("mixed traffic", record["start"], record["end"])]
         report.timeline_chart(out / "mixed.png", mixed_probes, mixed_windows,
                               f"/health during {args.mixed_minutes:g} min of mixed traffic (probe every {interval})")
+    table += "\n" + report.worst_probes_table(summary["worst_probes"], arms)
     table += "\n" + report.offload_table(summary["offload"], arms)
     if requests or args.mixed_minutes > 0:
         dispatch_all = json.loads((out / "dispatch.json").read_text()) if requests else {}

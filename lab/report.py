@@ -98,6 +98,33 @@ def targets_table(results: dict, dispatch: dict, mixed: dict, arms: tuple[str, .
     return "\n".join(lines) + "\n"
 
 
+def worst_probes_table(worst: dict[str, dict[str, dict]], arms: tuple[str, ...]) -> str:
+    """The slowest probes per window and arm, split into the loop thread's runqueue wait (host CPU
+    starvation) and the remainder (the design's own delay), from its schedstat."""
+    def cell(value: float | None) -> str:
+        return "-" if value is None else _ms(value)
+
+    lines = [
+        "Slowest probes split by the server's event-loop thread's schedstat: runqueue wait (runnable but"
+        " not running: the host's CPU was busy elsewhere) and the remainder (/health minus that wait: the"
+        " design's own delay); loop on CPU: how long the loop thread ran meanwhile.",
+        "",
+        "| Window | Arm | Rank | /health | Runqueue wait | Remainder | Loop on CPU | Probes sampled |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    names = list(dict.fromkeys(name for arm in arms for name in worst.get(arm, {})))
+    for name in names:
+        for arm in arms:
+            entry = worst.get(arm, {}).get(name)
+            if entry is None:
+                continue
+            sampled = f"{entry['sampled']} / {entry['probes']}"
+            for rank, split in enumerate(entry["worst"], 1):
+                lines.append(f"| {name} | {arm} | {rank} | {_ms(split['ms'])} | {cell(split['runqueue_ms'])}"
+                             f" | {cell(split['remainder_ms'])} | {cell(split['loop_cpu_ms'])} | {sampled} |")
+    return "\n".join(lines) + "\n"
+
+
 def attribution_section(attributed: dict[str, dict[str, dict]], top: int = 3) -> str:
     """Per arm and probe file: how many probes were over 20 ms and the code that ran during them."""
     lines = ["Attribution of probes over 20 ms (py-spy samples of the server process during each slow probe):", ""]

@@ -21,6 +21,11 @@ class ResultsError(Exception):
     """Raw data missing or inconsistent; the message names the file and what is wrong."""
 
 
+# One read of /proc/<pid>/task/<tid>/schedstat: time on CPU (ns), time waiting on a runqueue
+# (ns), timeslices.
+Schedstat = tuple[int, int, int]
+
+
 @dataclass(frozen=True)
 class Probe:
     start: float
@@ -28,6 +33,9 @@ class Probe:
     ms: float
     status: int
     error: str | None = None
+    # The server's event-loop thread's schedstat just before and just after the probe (None:
+    # not recorded, as in runs before it was, or unreadable).
+    loop_sched: tuple[Schedstat, Schedstat] | None = None
 
     @property
     def missed(self) -> bool:
@@ -72,7 +80,11 @@ def load_probes(path: Path) -> list[Probe]:
             continue
         try:
             raw = json.loads(line)
-            probes.append(Probe(float(raw["start"]), float(raw["end"]), float(raw["ms"]), int(raw["status"]), raw.get("error")))
+            sched = raw.get("loop_sched")
+            if sched is not None:
+                sched = tuple(tuple(int(v) for v in sample[:3]) for sample in sched[:2])
+            probes.append(Probe(float(raw["start"]), float(raw["end"]), float(raw["ms"]), int(raw["status"]),
+                                raw.get("error"), sched))
         except (ValueError, KeyError, TypeError) as err:
             # The prober may be killed mid-line; only the last line may be partial.
             if number == len(lines):
@@ -99,10 +111,16 @@ def overlapping(probes: list[Probe], start: float, end: float) -> list[Probe]:
 SHORT_REQUEST_SLACK_S = 0.05
 
 
-def request_stats(probes: list[Probe], sent: float, done: float, prompt_tokens: int) -> ArmStats:
+def request_window(probes: list[Probe], sent: float, done: float) -> list[Probe]:
+    """The probes that stand for a request: those overlapping it, else those of the next 50 ms."""
     window = overlapping(probes, sent, done) or overlapping(probes, sent, done + SHORT_REQUEST_SLACK_S)
     if not window:
         raise ResultsError(f"no probe overlaps the request window [{sent:.3f}, {done:.3f}]")
+    return window
+
+
+def request_stats(probes: list[Probe], sent: float, done: float, prompt_tokens: int) -> ArmStats:
+    window = request_window(probes, sent, done)
     ms = [p.ms for p in window]
     return ArmStats(
         worst_ms=round(max(ms), 1),
@@ -112,6 +130,67 @@ def request_stats(probes: list[Probe], sent: float, done: float, prompt_tokens: 
         over_3s=sum(1 for p in window if p.missed),
         prompt_tokens=int(prompt_tokens),
     )
+
+
+@dataclass(frozen=True)
+class ProbeSplit:
+    """One probe's latency split by the loop thread's schedstat.
+
+    runqueue_ms: the loop thread was runnable but another task had the CPU (host CPU
+    starvation, not the engine's doing); remainder_ms = ms - runqueue_ms: the design's own
+    delay (the loop running other work, or waiting for the GIL or I/O); loop_cpu_ms: how long
+    the loop thread ran. The kernel adds a wait to the runqueue field when the wait ends, so a
+    wait that began before the probe counts whole: runqueue_ms is capped at the probe's
+    latency. None when the probe has no schedstat samples.
+    """
+
+    ms: float
+    runqueue_ms: float | None
+    loop_cpu_ms: float | None
+    remainder_ms: float | None
+
+
+def split_probe(probe: Probe) -> ProbeSplit:
+    if probe.loop_sched is None:
+        return ProbeSplit(round(probe.ms, 1), None, None, None)
+    (cpu0, wait0, _), (cpu1, wait1, _) = probe.loop_sched
+    if cpu1 < cpu0 or wait1 < wait0:
+        raise ResultsError(f"probe at {probe.start:.3f}: schedstat went backwards {probe.loop_sched}"
+                           " (not the same thread?)")
+    runqueue = min((wait1 - wait0) / 1e6, probe.ms)
+    return ProbeSplit(round(probe.ms, 1), round(runqueue, 1), round((cpu1 - cpu0) / 1e6, 1),
+                      round(probe.ms - runqueue, 1))
+
+
+WORST_SPLIT = 3  # worst probes split per window
+
+
+def worst_probes(window: list[Probe], count: int = WORST_SPLIT) -> dict:
+    """results.json's worst_probes entry of one window: its probe counts and its slowest probes split."""
+    slowest = sorted(window, key=lambda p: p.ms, reverse=True)[:count]
+    return {"probes": len(window), "sampled": sum(1 for p in window if p.loop_sched is not None),
+            "worst": [asdict(split_probe(p)) for p in slowest]}
+
+
+def arm_worst_probes(arm_dir: Path) -> dict[str, dict]:
+    """{request name, or "mixed": worst_probes(...)} for one arm's directory."""
+    session = load_session(arm_dir)
+    files: dict[str, list[Probe]] = {}
+
+    def probes(name: str) -> list[Probe]:
+        if name not in files:
+            files[name] = load_probes(arm_dir / name)
+        return files[name]
+
+    out = {req["name"]: worst_probes(request_window(probes(req.get("probe_file", "probes.jsonl")), req["sent"],
+                                                    req["done"]))
+           for req in session.get("requests", [])}
+    mixed = session.get("mixed")
+    if mixed:
+        window = overlapping(probes(mixed["probe_file"]), mixed["start"], mixed["end"])
+        if window:
+            out["mixed"] = worst_probes(window)
+    return out
 
 
 def miss_runs(probes: list[Probe]) -> list[int]:
@@ -202,7 +281,7 @@ TOKENIZER_MANIFEST = "lab_tokenizer.json"  # model_dir.MANIFEST
 TOKENIZER_KEYS = {"name": str, "vocab_size": int, "backend_json_bytes": int}
 OFFLOAD_PHASE_KEYS = {"server", "requests", "large_prompts", "large_bodies", "image_requests", "counters", "delta",
                       "queue_depth_after"}
-OPTIONAL_TOP = ("tokenizer", "offload")
+OPTIONAL_TOP = ("tokenizer", "offload", "worst_probes")
 
 
 def load_tokenizers(models: Path) -> dict | None:
@@ -247,9 +326,29 @@ def _validate_offload(offload: dict, arms: tuple[str, ...]) -> None:
                 raise ResultsError(f"results.json: offload.{arm}.phases.{name}.delta is neither null nor an object")
 
 
+def _validate_worst_probes(worst: dict, arms: tuple[str, ...]) -> None:
+    if not isinstance(worst, dict) or not set(worst) <= set(arms):
+        raise ResultsError(f"results.json: worst_probes must map arms {list(arms)} to windows, got {sorted(worst or {})}")
+    split_keys = set(ProbeSplit.__annotations__)
+    for arm, windows in worst.items():
+        for name, entry in windows.items():
+            where = f"results.json: worst_probes.{arm}.{name}"
+            if not isinstance(entry, dict) or set(entry) != {"probes", "sampled", "worst"}:
+                raise ResultsError(f"{where} keys {sorted(entry or {})}, expected probes, sampled, worst")
+            for item in entry["worst"]:
+                if set(item) != split_keys:
+                    raise ResultsError(f"{where}.worst keys {sorted(item)}, expected {sorted(split_keys)}")
+                if not isinstance(item["ms"], float):
+                    raise ResultsError(f"{where}.worst.ms = {item['ms']!r} is not float")
+                for key in split_keys - {"ms"}:
+                    if item[key] is not None and not isinstance(item[key], float):
+                        raise ResultsError(f"{where}.worst.{key} = {item[key]!r} is neither null nor float")
+
+
 def validate(results: dict, arms: tuple[str, ...] = ("stock", "v3")) -> None:
     """Raises ResultsError unless `results` has exactly the agreed shape: {"requests": [...]},
-    plus optionally "tokenizer" (the model directories' tokenizer) and "offload" (per arm)."""
+    plus optionally "tokenizer" (the model directories' tokenizer), "offload" and
+    "worst_probes" (per arm)."""
     keys = {field: kind for field, kind in ArmStats.__annotations__.items()}
     if "requests" not in results or not set(results) <= {"requests", *OPTIONAL_TOP} \
             or not isinstance(results["requests"], list):
@@ -259,6 +358,8 @@ def validate(results: dict, arms: tuple[str, ...] = ("stock", "v3")) -> None:
         _validate_tokenizer(results["tokenizer"])
     if "offload" in results:
         _validate_offload(results["offload"], arms)
+    if "worst_probes" in results:
+        _validate_worst_probes(results["worst_probes"], arms)
     for index, entry in enumerate(results["requests"]):
         if set(entry) != {"name", *arms} or not isinstance(entry["name"], str):
             raise ResultsError(f"results.json: requests[{index}] keys {sorted(entry)}, expected name + {list(arms)}")

@@ -137,7 +137,9 @@ class Stack:
         self.sock_dir = Path(tempfile.mkdtemp(prefix="glm53-rehearsal-", dir="/tmp"))
         self.compose_bin = (RUNFILES / os.environ["COMPOSE_BIN"]).absolute()
         self.project = f"rehearsal{os.getpid()}"
-        self.config = podman_backend.PodmanConfig(default_cache_root() / "podman")
+        # Storage of its own: the rehearsal removes v3 so that the rollout pulls it, which in the
+        # shared storage would pull the image from under other tests' containers.
+        self.config = podman_backend.PodmanConfig(default_cache_root() / "podman-rehearsal")
         self.registry = LocalRegistry(self.tmp / "registry")
         self.service = PodmanService(self.config, self.sock_dir / "podman.sock", self.tmp / "podman-service.log",
                                      registries_conf=self.tmp / "registries.conf")
@@ -263,25 +265,15 @@ class Stack:
         log(f"setup done in {time.monotonic() - start:.0f} s (network {subnet}, ingress 127.0.0.1:{self.port})")
 
     def _forget(self, reference: str) -> None:
-        """Untags every name of the image the reference resolves to (an earlier run's load), so
-        the rollout's pull must fetch it; never forced (a container using it keeps it)."""
+        """Untags every name of the image the reference resolves to (an earlier rehearsal's pull:
+        the storage is the rehearsals' own, one at a time), so the rollout's pull must fetch it;
+        never forced (a container using it keeps it)."""
         if not self.api.image_present(reference):
             return
         info = self.api.get_json(f"/images/{reference}/json")
-        # podman's storage is shared on this machine: another session's container on the image
-        # (e.g. a v3 in-image run through the podman CLI, which this service's API does not
-        # list) keeps it until that container ends. Retry until it is gone, bounded.
-        deadline, waited = time.monotonic() + 1800, time.monotonic()
-        while True:
-            for name in self.api.get_json(f"/images/{info['Id']}/json").get("RepoTags") or []:
-                self.api.request("DELETE", f"/images/{name}")
-            self.api.request("DELETE", f"/images/{info['Id']}")
-            if not self.api.image_present(reference) or time.monotonic() > deadline:
-                break
-            if waited is not None:
-                log(f"{info['Id'][:19]} is in use outside this rehearsal; retrying its removal every 2 s")
-                waited = None
-            time.sleep(2)
+        for name in info.get("RepoTags") or []:
+            self.api.request("DELETE", f"/images/{name}")
+        self.api.request("DELETE", f"/images/{info['Id']}")
         assert not self.api.image_present(reference), (
             f"{reference} ({info['Id'][:19]}) stays in podman's storage (a container uses it?): the pull would not be tested")
 

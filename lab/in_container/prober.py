@@ -5,12 +5,17 @@ liveness probe: a new TCP connection per probe, probes never overlap, and a prob
 still waiting when the next one is due delays it (the next starts when it returns). Each line:
 
     {"start": <monotonic s>, "end": <monotonic s>, "ms": <latency>, "status": <HTTP status or 0>,
-     "error": <str or null>}
+     "error": <str or null>, "loop_sched": [[cpu_ns, runqueue_ns, slices], [...]] or null}
+
+With --loop-pid, "loop_sched" is the server's event-loop thread's /proc/<pid>/task/<pid>/schedstat
+(its main thread runs uvicorn's loop) read just before and just after the probe: the growth of
+the runqueue field is time the loop was runnable but had no CPU (lab/results.py splits it off);
+null when it could not be read (the server gone).
 
 CLOCK_MONOTONIC is shared by all processes of the machine/container, so the session lines
 probes up with its own request timestamps. SIGTERM stops it after flushing.
 
-    python3 prober.py --port 30000 --interval-ms 200 --timeout-s 60 --out probes.jsonl
+    python3 prober.py --port 30000 --interval-ms 200 --timeout-s 60 --out probes.jsonl [--loop-pid PID]
 """
 
 from __future__ import annotations
@@ -33,7 +38,17 @@ def _raise_stop(signum, frame) -> None:
     raise _Stop()
 
 
-def probe_once(host: str, port: int, timeout_s: float) -> dict:
+def read_schedstat(path: Path) -> list[int] | None:
+    """[time on CPU ns, time waiting on a runqueue ns, timeslices], or None if unreadable."""
+    try:
+        return [int(field) for field in path.read_text().split()[:3]]
+    except (OSError, ValueError):
+        return None
+
+
+def probe_once(host: str, port: int, timeout_s: float, schedstat: Path | None = None) -> dict:
+    # Read outside the timed window, so the probe's latency does not include the reads.
+    before = read_schedstat(schedstat) if schedstat else None
     start = time.monotonic()
     status, error = 0, None
     conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
@@ -47,11 +62,16 @@ def probe_once(host: str, port: int, timeout_s: float) -> dict:
     finally:
         conn.close()
     end = time.monotonic()
-    return {"start": start, "end": end, "ms": (end - start) * 1000.0, "status": status, "error": error}
+    sample = {"start": start, "end": end, "ms": (end - start) * 1000.0, "status": status, "error": error}
+    if schedstat is not None:
+        after = read_schedstat(schedstat)
+        sample["loop_sched"] = [before, after] if before and after else None
+    return sample
 
 
-def run(host: str, port: int, interval_s: float, timeout_s: float, out: Path) -> int:
+def run(host: str, port: int, interval_s: float, timeout_s: float, out: Path, loop_pid: int | None = None) -> int:
     signal.signal(signal.SIGTERM, _raise_stop)
+    schedstat = Path(f"/proc/{loop_pid}/task/{loop_pid}/schedstat") if loop_pid else None
     count = 0
     with out.open("a", encoding="utf-8") as sink:
         try:
@@ -60,7 +80,7 @@ def run(host: str, port: int, interval_s: float, timeout_s: float, out: Path) ->
                 delay = next_due - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-                sample = probe_once(host, port, timeout_s)
+                sample = probe_once(host, port, timeout_s, schedstat)
                 sink.write(json.dumps(sample) + "\n")
                 sink.flush()
                 count += 1
@@ -78,8 +98,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--timeout-s", type=float, default=60.0,
                         help="give up on one probe after this long and record a miss (default: 60)")
     parser.add_argument("--out", type=Path, required=True, help="JSON-lines file to append to")
+    parser.add_argument("--loop-pid", type=int,
+                        help="the server's pid: record its main (event-loop) thread's schedstat around each probe")
     args = parser.parse_args(argv)
-    run(args.host, args.port, args.interval_ms / 1000.0, args.timeout_s, args.out)
+    run(args.host, args.port, args.interval_ms / 1000.0, args.timeout_s, args.out, args.loop_pid)
     return 0
 
 

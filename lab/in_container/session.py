@@ -260,10 +260,13 @@ def process_nice(pid: int) -> int:
 
 
 class Prober:
-    def __init__(self, port: int, interval_ms: float, timeout_s: float, out: Path) -> None:
+    """prober.py on the server's port; it reads the server's loop thread's schedstat (loop_pid:
+    the server process, whose main thread runs uvicorn's event loop) around each probe."""
+
+    def __init__(self, port: int, interval_ms: float, timeout_s: float, out: Path, loop_pid: int) -> None:
         self.proc = spawn_at_server_priority(
             "prober", [sys.executable, str(HERE / "prober.py"), "--port", str(port), "--interval-ms", str(interval_ms),
-             "--timeout-s", str(timeout_s), "--out", str(out)],
+             "--timeout-s", str(timeout_s), "--out", str(out), "--loop-pid", str(loop_pid)],
             stdin=subprocess.DEVNULL,
         )
 
@@ -503,7 +506,8 @@ class Session:
                 raise SessionError(f"py-spy wrote no {record['file']} (exit {record['exit']}); see {record['log']}")
 
     def start_prober(self, timeout_s: float, file_name: str) -> None:
-        self.prober = Prober(self.args.port, self.args.interval_ms, timeout_s, self.args.out / file_name)
+        self.prober = Prober(self.args.port, self.args.interval_ms, timeout_s, self.args.out / file_name,
+                             self.server.proc.pid)
         nice = process_nice(self.prober.proc.pid)  # set before exec, so already final here
         if nice != SERVER_NICE:
             raise SessionError(f"the prober runs at nice {nice}, not {SERVER_NICE}: it would report its own delay")

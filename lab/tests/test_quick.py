@@ -2,8 +2,9 @@
 
 On the ~4.7 MB chat and the 5 MB /generate, v3's worst /health probe (10 ms probes) is under
 250 ms while stock's is over 1,000 ms, prompt_tokens are identical on both arms, and v3's own
-/metrics counters show both large prompts encoded by its tokenizer child (no fallback). Runs
-`health_stall --quick --check --no-profile` (the stock base, then //recipes:glm53_v3; no
+/metrics counters show both large prompts encoded by its tokenizer child (no fallback). Every
+probe carries the server loop thread's schedstat, so the slowest split into runqueue wait and
+remainder. Runs `health_stall --quick --check --no-profile` (the stock base, then //recipes:glm53_v3; no
 py-spy, so the sampler's CPU does not count against the bound) and also checks results.json
 and the clean-up record itself.
 """
@@ -14,6 +15,8 @@ import json
 import os
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from lab import checks, results
 
@@ -29,6 +32,16 @@ def test_quick_mode_v3_keeps_health_answering(tmp_path: Path):
     results.validate(summary)
     assert checks.quick_failures(summary) == []
     assert done.returncode == 0, "health_stall --check failed; see its output above"
+
+    # Each probe of both quick requests carries the loop thread's schedstat, and the slowest are
+    # split into runqueue wait and remainder (lab/results.py).
+    for arm in ("stock", "v3"):
+        for name in checks.QUICK_REQUESTS:
+            entry = summary["worst_probes"][arm][name]
+            assert entry["probes"] > 0 and entry["sampled"] == entry["probes"], (arm, name, entry)
+            for split in entry["worst"]:
+                assert split["runqueue_ms"] is not None and split["remainder_ms"] is not None, (arm, name, split)
+                assert split["runqueue_ms"] + split["remainder_ms"] == pytest.approx(split["ms"], abs=0.11)
 
     run = json.loads((out / "run.json").read_text())
     assert run["containers_left"] == []

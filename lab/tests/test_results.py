@@ -160,3 +160,68 @@ def test_a_request_between_two_probes_gets_the_next_one():
     probes = [Probe(1.0, 1.002, 2.0, 200), Probe(1.012, 1.015, 3.0, 200)]
     stats = results.request_stats(probes, sent=1.003, done=1.009, prompt_tokens=31)
     assert (stats.probes, stats.worst_ms) == (1, 3.0)
+
+
+# The slowest probe of each arm's 5 MB /generate in a quick run (2026-12-06, 2 shared cores), as
+# prober.py wrote them with --loop-pid: the server's loop thread's schedstat [ns on CPU, ns
+# waiting on a runqueue, timeslices] before and after the probe.
+RECORDED = [
+    '{"start": 12136.55498791, "end": 12140.82966881, "ms": 4274.680900000021, "status": 200, "error": null,'
+    ' "loop_sched": [[15711122308, 10847247129, 4697], [19644305188, 11149653208, 6104]]}',
+    '{"start": 12190.904658148, "end": 12190.921069695, "ms": 16.411546999734128, "status": 200, "error": null,'
+    ' "loop_sched": [[15522431324, 12430547526, 6499], [15536250035, 12432677225, 6516]]}',
+]
+
+
+def test_recorded_probes_split_into_runqueue_wait_and_remainder(tmp_path: Path):
+    (tmp_path / "probes.jsonl").write_text("\n".join(RECORDED) + "\n")
+    stock, v3 = [results.split_probe(p) for p in results.load_probes(tmp_path / "probes.jsonl")]
+    # stock: 302.4 ms waiting for a CPU, the loop ran 3,933 ms itself (tokenizing on the loop)
+    assert stock == results.ProbeSplit(ms=4274.7, runqueue_ms=302.4, loop_cpu_ms=3933.2, remainder_ms=3972.3)
+    # v3: 2.1 ms of the 16.4 ms was the host's, 14.3 ms the server's own
+    assert v3 == results.ProbeSplit(ms=16.4, runqueue_ms=2.1, loop_cpu_ms=13.8, remainder_ms=14.3)
+
+
+def test_a_wait_that_began_before_the_probe_is_capped_at_its_latency():
+    # The kernel adds a wait when it ends: 80 ms credited inside a 50 ms probe.
+    probe = Probe(10.0, 10.050, 50.0, 200, loop_sched=((0, 0, 1), (1_000_000, 80_000_000, 2)))
+    assert results.split_probe(probe) == results.ProbeSplit(50.0, 50.0, 1.0, 0.0)
+
+
+def test_a_probe_without_samples_is_not_split():
+    assert results.split_probe(Probe(1.0, 1.2, 200.0, 200)) == results.ProbeSplit(200.0, None, None, None)
+    with pytest.raises(results.ResultsError, match="backwards"):
+        results.split_probe(Probe(1.0, 1.2, 200.0, 200, loop_sched=((5, 5, 1), (4, 5, 1))))
+
+
+def test_worst_probes_from_files_with_the_mixed_phase(tmp_path: Path):
+    lines = [
+        {"start": 100.0, "end": 100.002, "ms": 2.0, "status": 200, "error": None,
+         "loop_sched": [[0, 0, 1], [1_000_000, 0, 2]]},
+        {"start": 100.2, "end": 100.3, "ms": 100.0, "status": 200, "error": None,
+         "loop_sched": [[1_000_000, 0, 2], [61_000_000, 40_000_000, 9]]},
+        {"start": 100.4, "end": 100.41, "ms": 10.0, "status": 200, "error": None, "loop_sched": None},
+    ]
+    (tmp_path / "probes.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (tmp_path / "session.json").write_text(json.dumps({
+        "requests": [{"name": "chat_4.7MB", "sent": 100.1, "done": 100.5, "prompt_tokens": 9, "error": None}],
+        "mixed": {"start": 99.0, "end": 101.0, "probe_file": "probes.jsonl"}}))
+    worst = results.arm_worst_probes(tmp_path)
+    assert worst["chat_4.7MB"] == {"probes": 2, "sampled": 1, "worst": [
+        {"ms": 100.0, "runqueue_ms": 40.0, "loop_cpu_ms": 60.0, "remainder_ms": 60.0},
+        {"ms": 10.0, "runqueue_ms": None, "loop_cpu_ms": None, "remainder_ms": None}]}
+    assert (worst["mixed"]["probes"], worst["mixed"]["sampled"]) == (3, 2)
+
+    summary = results.combine({"stock": {"chat_4.7MB": _stats(4000.0)}, "v3": {"chat_4.7MB": _stats(100.0)}})
+    summary["worst_probes"] = {"stock": worst, "v3": worst}
+    results.validate(summary)
+    table = report.worst_probes_table(summary["worst_probes"], ("stock", "v3"))
+    assert "| chat_4.7MB | v3 | 1 | 100 ms | 40 ms | 60 ms | 60 ms | 1 / 2 |" in table
+    assert "| mixed | stock | 3 | 2.0 ms | 0.0 ms | 2.0 ms | 1.0 ms | 2 / 3 |" in table
+
+    summary["worst_probes"]["v3"]["chat_4.7MB"]["worst"][0]["runqueue_ms"] = 40
+    with pytest.raises(results.ResultsError, match="runqueue_ms"):
+        results.validate(summary)
+    summary["worst_probes"]["v3"]["chat_4.7MB"]["worst"][0].pop("runqueue_ms")
+    with pytest.raises(results.ResultsError, match="keys"):
+        results.validate(summary)

@@ -11,7 +11,7 @@ load("//tools/podman/private:image_files.bzl", _image_files = "image_files")
 load(
     "//tools/podman/private:image_test.bzl",
     _CONTAINER_TEST_TAGS = "CONTAINER_TEST_TAGS",
-    _LIGHT_CONTAINER_TEST_TAGS = "LIGHT_CONTAINER_TEST_TAGS",
+    _PARALLEL_CONTAINER_TEST_TAGS = "PARALLEL_CONTAINER_TEST_TAGS",
     _image_suite_test = "image_suite_test",
 )
 load("//tools/podman/private:load.bzl", _oci_load = "oci_load")
@@ -23,5 +23,5 @@ oci_load = _oci_load
 # Tags of a test that runs podman (outside the sandbox, one at a time, never remote, cached).
 CONTAINER_TEST_TAGS = _CONTAINER_TEST_TAGS
 
-# The same for a light one (a small container, under a minute): beside other tests, one CPU.
-LIGHT_CONTAINER_TEST_TAGS = _LIGHT_CONTAINER_TEST_TAGS
+# The same for one that runs beside other tests, one CPU.
+PARALLEL_CONTAINER_TEST_TAGS = _PARALLEL_CONTAINER_TEST_TAGS

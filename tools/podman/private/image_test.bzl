@@ -4,18 +4,21 @@ load("//tools/oci:defs.bzl", "OciImageInfo")
 load("//tools/oci:internal.bzl", "image_runfiles_args", "write_launcher")
 
 # Tests that start containers run on the local host, outside Bazel's sandbox (podman keeps its
-# storage under ~/.cache and needs /run), one at a time (2 cores, GBs of image), and never on a
-# remote executor, but their results are cached: no "local" (which Bazel 4.2.3 also implies for
-# "exclusive" unless --incompatible_exclusive_test_sandboxed, set in .bazelrc) and no
-# "no-remote". What the host contributes is an input: they carry //tools/ci:host_tools.
-# "integration" keeps them out of --config=quick.
+# storage under ~/.cache and needs /run), and never on a remote executor, but their results are
+# cached: no "local" (which Bazel 4.2.3 also implies for "exclusive" unless
+# --incompatible_exclusive_test_sandboxed, set in .bazelrc) and no "no-remote". What the host
+# contributes is an input: they carry //tools/ci:host_tools. "integration" keeps them out of
+# --config=quick.
 _CONTAINER = ["no-remote-exec", "no-sandbox", "requires-podman", "integration"]
+
+# One at a time, in Bazel's serial phase after every other test: for a test whose bound on time
+# would assert the machine's load rather than the code (the timing suite).
 CONTAINER_TEST_TAGS = _CONTAINER + ["exclusive"]
 
-# A light container test (one small container, under a minute alone) runs beside other tests
-# instead of in Bazel's serial phase for exclusive tests: podman's storage takes concurrent
-# pulls and runs (its own locks; each run names its image by digest and its view by pid).
-LIGHT_CONTAINER_TEST_TAGS = _CONTAINER + ["cpu:1"]
+# Beside other tests, one CPU each: podman's storage takes concurrent pulls and runs (its own
+# locks; each run names its image by digest and its view by pid, no test prunes), and a test
+# that must remove an image from storage (the rollout rehearsal) keeps its own storage.
+PARALLEL_CONTAINER_TEST_TAGS = _CONTAINER + ["cpu:1"]
 
 def _impl(ctx):
     if bool(ctx.attr.tests_in_image) == bool(ctx.files.host_tests):
@@ -57,12 +60,12 @@ def image_suite_test(name, tags = [], exclusive = True, **kwargs):
     Args:
       name: test name.
       tags: extra tags.
-      exclusive: False for a light suite (LIGHT_CONTAINER_TEST_TAGS): it runs beside other tests.
+      exclusive: False for a suite that runs beside other tests (PARALLEL_CONTAINER_TEST_TAGS).
       **kwargs: image, expect, tests_in_image, host_tests, markers, backend, env, size,
         timeout, flaky, ...
     """
     kwargs.setdefault("size", "large")
-    container = CONTAINER_TEST_TAGS if exclusive else LIGHT_CONTAINER_TEST_TAGS
+    container = CONTAINER_TEST_TAGS if exclusive else PARALLEL_CONTAINER_TEST_TAGS
     _image_suite_test(
         name = name,
         tags = container + [t for t in tags if t not in container],

@@ -1,7 +1,7 @@
 """load.py (oci_load's program) on a two-layer image whose base blob lives outside the top
 layout: into the project's podman storage the image arrives under the given tag with the built
 config and no temporary name is left behind; a docker-archive tar holds every layer. Runs podman
-(LIGHT_CONTAINER_TEST_TAGS)."""
+(PARALLEL_CONTAINER_TEST_TAGS)."""
 
 from __future__ import annotations
 
