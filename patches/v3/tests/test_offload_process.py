@@ -757,6 +757,82 @@ def test_abort_during_the_chat_conversion_never_dispatches(
 
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
+def test_a_huge_prompts_ids_list_is_freed_on_a_lane_not_on_the_loop(dispatching, monkeypatch):
+    """The lab's py-spy trace of a 5 MB /generate: the loop ran 13.8 ms of a 16.4 ms /health
+    probe inside `_tokenize_unless_aborted`, freeing the 1.7 M-int ids list when
+    `_tokenize_one_request`'s frame returned. The list is now handed to the bulk lane and freed
+    there in slices."""
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    tm, scheduler, submit_until_dispatch = dispatching
+    freed: List[Tuple[str, int]] = []
+    real = tokenizer_manager._drop_ids
+
+    def recording(held):
+        count = real(held)
+        freed.append((threading.current_thread().name, count))
+        return count
+
+    monkeypatch.setattr(tokenizer_manager, "_drop_ids", recording)
+    text = SENTENCE * 2000
+    ids = len(tm.tokenizer.encode(text))
+    assert ids > tokenizer_manager.OFF_LOOP_DISPATCH_MIN_IDS, ids
+
+    obj = GenerateReqInput(text=text, rid="huge", sampling_params={"max_new_tokens": 1})
+    obj.normalize_batch_and_arguments()  # no return_prompt_token_ids: the list is not kept
+
+    asyncio.run(submit_until_dispatch(tm, obj))
+    tm._preprocessing_lanes["bulk"].submit(lambda: None).result()  # the lane ran the drop
+
+    assert scheduler.receive().rid == "huge"
+    assert len(freed) == 1, freed
+    thread, count = freed[0]
+    assert thread.startswith("sglang-preprocess"), f"freed on {thread}"
+    assert count == ids, f"freed {count} of the prompt's {ids} ids: another reference held the list"
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_a_finished_requests_prompt_ids_list_is_freed_on_a_lane(dispatching, monkeypatch):
+    """A chat's rendered prompt reaches generate_request as input_ids, a list the request
+    object keeps: when the request ended, its handler's frames returned on the loop and freed
+    it there (the lab's py-spy trace of a 4.7 MB chat: the loop ran 11.7 ms of a 16.5 ms /health
+    probe in starlette's Response.__call__). Now generate_request hands it to the bulk lane."""
+    from sglang.srt.managers.io_struct import AbortReq, GenerateReqInput
+
+    tm, scheduler, _ = dispatching
+    freed: List[Tuple[str, int]] = []
+    real = tokenizer_manager._drop_ids
+
+    def recording(held):
+        count = real(held)
+        freed.append((threading.current_thread().name, count))
+        return count
+
+    monkeypatch.setattr(tokenizer_manager, "_drop_ids", recording)
+    _answerable(tm, monkeypatch)
+    ids = tokenizer_manager.OFF_LOOP_DISPATCH_MIN_IDS + 4000
+    obj = GenerateReqInput(input_ids=list(range(1000, 1000 + ids)), rid="chat-ids",
+                           sampling_params={"max_new_tokens": 1})
+
+    async def scenario():
+        answers = tm.generate_request(obj)
+        first = asyncio.ensure_future(answers.__anext__())
+        assert (await asyncio.to_thread(scheduler.receive)).rid == "chat-ids"
+        tm._handle_abort_req(AbortReq(rid="chat-ids"))  # the scheduler's answer: it ended
+        await asyncio.wait_for(first, 10)
+        with pytest.raises(StopAsyncIteration):
+            await answers.__anext__()
+
+    asyncio.run(scenario())
+    tm._preprocessing_lanes["bulk"].submit(lambda: None).result()  # the lane ran the drop
+
+    assert [count for _, count in freed] == [ids], freed
+    assert freed[0][0].startswith("sglang-preprocess"), f"freed on {freed[0][0]}"
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
 def test_abort_of_one_request_of_a_batch_on_its_lane_never_dispatches_it(
     dispatching, hold_factory, monkeypatch
 ):
