@@ -1,6 +1,6 @@
 """generated_files: NAME (the committed files), NAME.update and NAME_test for one generator."""
 
-load("//tools/python:defs.bzl", "py_program")
+load("//tools/python:defs.bzl", "py_program", "workspace_root_imports")
 
 def _generate_impl(ctx):
     out = ctx.actions.declare_directory(ctx.label.name)
@@ -75,6 +75,7 @@ def generated_files(name, srcs, generator, generator_args = [], data = [], **kwa
         python_version = "PY3",
         data = [":" + tree] + srcs,
         args = ["check"] + common + srcs,
+        imports = workspace_root_imports(),
         deps = ["//tools/files:atomic"],
         **kwargs
     )

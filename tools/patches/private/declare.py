@@ -12,9 +12,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from patchchain.errors import PatchChainError
-from patchchain.layout import SourceTree
-from patchchain.rehash_main import rehash
+from tools.patches.private.patchchain.errors import PatchChainError
+from tools.patches.private.patchchain.layout import SourceTree
+from tools.patches.private.patchchain.rehash_main import rehash
 
 
 def main(argv: list[str] | None = None) -> int:

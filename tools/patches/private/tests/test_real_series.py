@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from patchchain.chain import apply_chain, read_patch_files
-from patchchain.declaration import load_chain
-from patchchain.errors import PatchChecksumError
-from patchchain.layout import SourceTree
-from patchchain.wheel import WheelTree, check_wheel
+from tools.patches.private.patchchain.chain import apply_chain, read_patch_files
+from tools.patches.private.patchchain.declaration import load_chain
+from tools.patches.private.patchchain.errors import PatchChecksumError
+from tools.patches.private.patchchain.layout import SourceTree
+from tools.patches.private.patchchain.wheel import WheelTree, check_wheel
 
 MARKER = os.environ.get("PATCHCHAIN_BASE_MARKER")
 DECLARATION = os.environ.get("PATCHCHAIN_DECLARATION")
