@@ -29,15 +29,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ruamel.yaml import YAML
 
-from ruamel.yaml import YAML  # noqa: E402
-
-from deploy import releases  # noqa: E402
-from pins import table as pin_table  # noqa: E402
-from pins import uses as pin_uses  # noqa: E402
-from tools.oci.reference import ReferenceError, parse_reference  # noqa: E402
+from deploy import releases
+from pins import table as pin_table
+from pins import uses as pin_uses
+from tools.oci.reference import ReferenceError, parse_reference
 
 # No resolve(): under Bazel the runfiles tree (not the source tree) holds the bound records.
 RECORDS_DIR = Path(os.path.abspath(__file__)).parent.parent / "recipes" / "releases"

@@ -35,11 +35,8 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from pins import table  # noqa: E402
-from tools.oci.registry import RefError, RegistryError, Skopeo, parse_repository  # noqa: E402
+from pins import table
+from tools.oci.registry import RefError, RegistryError, Skopeo, parse_repository
 
 DEFAULT_HUB = "https://huggingface.co"
 

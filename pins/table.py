@@ -19,7 +19,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from tools.files import atomic
+from tools.files import atomic, typed
+from tools.files.typed import COMMIT_RE, HF_REPO_RE, SHA256_RE
 from tools.oci.reference import DIGEST_RE, TAG_RE, ReferenceError, parse_repository
 
 # No resolve(): under Bazel the runfiles copy is the one bound as data.
@@ -28,9 +29,6 @@ DEFAULT_PATH = Path(os.path.abspath(__file__)).parent / "repository_locations.bz
 WORKSPACE_RELATIVE = Path("pins") / "repository_locations.bzl"
 RESOLVE_COMMAND = "bazel run //pins:resolve -- {name}"
 
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-HF_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 VERSION_RE = re.compile(r"[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc|\.post)[0-9]+)?")
 LABEL_RE = re.compile(r"//[a-z0-9_/.-]*:[A-Za-z0-9_.-]+")
@@ -261,17 +259,14 @@ def _pin(name: str, row: Any, sentinel: str, where: str) -> Pin:
     kind = row.get("kind")
     if kind not in KINDS:
         raise PinError(f"{where}: pin {name}: kind {kind!r} is not one of {', '.join(KINDS)}")
-    allowed = ("kind", "description", "provenance") + KIND_FIELDS[kind]
-    unknown = [k for k in row if k not in allowed]
-    missing = [k for k in allowed if k not in row]
-    if unknown or missing:
-        raise PinError(f"{where}: pin {name} ({kind}): unknown keys {unknown}, missing {missing}; "
-                       f"a {kind} row has {', '.join(allowed)}")
+    typed.check_keys(row, lambda m: PinError(f"{where}: pin {name} ({kind}): {m}"),
+                     ("kind", "description", "provenance") + KIND_FIELDS[kind])
     prov = row["provenance"]
     if prov is not None:
-        if not isinstance(prov, dict) or set(prov) != {f.name for f in fields(Provenance)}:
-            raise PinError(f"{where}: pin {name}: provenance must be None or a dict of "
-                           "resolved_at, command, source")
+        keys = tuple(f.name for f in fields(Provenance))
+        if not isinstance(prov, dict):
+            raise PinError(f"{where}: pin {name}: provenance must be None or a dict of {', '.join(keys)}")
+        typed.check_keys(prov, lambda m: PinError(f"{where}: pin {name}: provenance: {m}"), keys)
         prov = Provenance(**prov)
     values = {k: row[k] for k in KIND_FIELDS[kind]}
     if "urls" in values:

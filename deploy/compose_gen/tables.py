@@ -7,18 +7,17 @@ Checks that need release records (image capabilities) live in resolve.py.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
 from pins import table as pin_table
+from tools.files import typed
 
 from . import checks
 from .errors import TableError
 
-HF_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 SERVICE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 MARKER_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 DIST_INIT_RE = re.compile(r"^(?P<host>[0-9.]+|[a-z0-9.-]+):(?P<port>[0-9]{1,5})$")
@@ -213,66 +212,14 @@ class _Where:
         return _Where(self.table, section, row)
 
 
-def _mapping(value: Any, where: _Where, what: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise where.error(f"{what} must be a table, got {type(value).__name__}")
-    return value
-
-
-def _keys(data: Mapping[str, Any], where: _Where, required: tuple[str, ...],
-          optional: tuple[str, ...] = ()) -> None:
-    known = required + optional
-    for key in data:
-        if key not in known:
-            raise where.error(f"unknown key {key!r}; known keys: {', '.join(known)}")
-    missing = [k for k in required if k not in data]
-    if missing:
-        raise where.error(f"missing key(s) {', '.join(missing)}")
-
-
 def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
-
-
-def _str(data: Mapping[str, Any], key: str, where: _Where,
-         pattern: re.Pattern[str] | None = None, hint: str = "") -> str:
-    value = data[key]
-    if not isinstance(value, str):
-        raise where.error(f"{key} must be a string, got {value!r}")
-    if pattern is not None and not pattern.match(value):
-        raise where.error(f"{key} = {value!r} does not match {pattern.pattern}{hint}")
-    return value
-
-
-def _int(data: Mapping[str, Any], key: str, where: _Where, minimum: int = 1) -> int:
-    value = data[key]
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise where.error(f"{key} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def _bool(data: Mapping[str, Any], key: str, where: _Where) -> bool:
-    value = data[key]
-    if not isinstance(value, bool):
-        raise where.error(f"{key} must be true or false, got {value!r}")
-    return value
-
-
-def _str_list(data: Mapping[str, Any], key: str, where: _Where,
-              pattern: re.Pattern[str] | None = None) -> tuple[str, ...]:
-    value = data.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise where.error(f"{key} must be a list of strings, got {value!r}")
-    for v in value:
-        if pattern is not None and not pattern.match(v):
-            raise where.error(f"{key} entry {v!r} does not match {pattern.pattern}")
-    return tuple(value)
 
 
 def _pin(data: Mapping[str, Any], where: _Where, pins: pin_table.PinTable,
          kinds: tuple[str, ...]) -> pin_table.Pin:
     """The pin table row a table row names (`pin = "<row>"`)."""
-    name = _str(data, "pin", where)
+    name = typed.string(data, "pin", where.error)
     try:
         pin = pins.get(name, f"{where.table} [{where.section}] {where.row or ''}".rstrip())
     except pin_table.PinError as err:
@@ -284,7 +231,7 @@ def _pin(data: Mapping[str, Any], where: _Where, pins: pin_table.PinTable,
 
 def _environment(value: Any, where: _Where) -> Env:
     """An ordered env table: names checked, `$` forms checked, secrets must be interpolations."""
-    data = _mapping(value, where, "environment")
+    data = typed.mapping(value, "environment", where.error)
     out = []
     for name, val in data.items():
         row = where.sub(where.section, name)
@@ -360,16 +307,6 @@ def _check_unique_env(groups: list[tuple[_Where, Env]]) -> None:
             seen[name] = where
 
 
-def _load_toml(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        raise TableError(str(path), "-", None, "table file not found") from None
-    except tomllib.TOMLDecodeError as err:
-        raise TableError(str(path), "-", None, f"not valid TOML: {err}") from None
-
-
 # --- common.toml ------------------------------------------------------------------------------
 
 def load_common(path: str | Path, display: str | None = None,
@@ -378,46 +315,49 @@ def load_common(path: str | Path, display: str | None = None,
     path = Path(path)
     name = display or str(path)
     pins = pins if pins is not None else pin_table.load(display="pins/repository_locations.bzl")
-    data = _load_toml(path)
+    data = typed.load_toml(path, lambda m: TableError(name, "-", None, m))
     top = _Where(name, "(top level)")
-    _keys(data, top, ("models", "routing", "engine", "sidecars", "telemetry"))
+    typed.check_keys(data, top.error, ("models", "routing", "engine", "sidecars", "telemetry"))
 
     # [models]
     w = top.sub("models")
-    models = _mapping(data["models"], w, "[models]")
-    _keys(models, w, ("served_model_name", "hub_client", "checkpoints", "chat_template"))
-    served = _str(models, "served_model_name", w, HF_REPO_RE)
-    hub_client = _str(models, "hub_client", w, re.compile(r"^[a-z0-9_.\[\]-]+==[0-9][0-9a-z.]*$"),
-                      " (pin the version: name[extras]==X.Y.Z)")
+    models = typed.mapping(data["models"], "[models]", w.error)
+    typed.check_keys(models, w.error,
+                     ("served_model_name", "hub_client", "checkpoints", "chat_template"))
+    served = typed.string(models, "served_model_name", w.error, typed.HF_REPO_RE)
+    hub_client = typed.string(models, "hub_client", w.error,
+                              re.compile(r"^[a-z0-9_.\[\]-]+==[0-9][0-9a-z.]*$"),
+                              " (pin the version: name[extras]==X.Y.Z)")
     if re.search(r"fp8|int4|w4a|bf16|awq|gptq", served, re.I):
         raise w.error(f"served_model_name {served!r} names a quantization; the served name "
                       "stays the same across checkpoints")
     checkpoints = {}
-    for key, pin in _mapping(models["checkpoints"], w, "checkpoints").items():
+    for key, pin in typed.mapping(models["checkpoints"], "checkpoints", w.error).items():
         cw = top.sub("models.checkpoints", key)
-        pin = _mapping(pin, cw, "checkpoint")
-        _keys(pin, cw, ("pin",))
+        pin = typed.mapping(pin, "checkpoint", cw.error)
+        typed.check_keys(pin, cw.error, ("pin",))
         row = _pin(pin, cw, pins, ("hf_model",))
         checkpoints[key] = HfPin(row.name, row.repository, row.revision)
     cw = top.sub("models.chat_template")
-    tpl = _mapping(models["chat_template"], cw, "chat_template")
-    _keys(tpl, cw, ("pin",))
+    tpl = typed.mapping(models["chat_template"], "chat_template", cw.error)
+    typed.check_keys(tpl, cw.error, ("pin",))
     row = _pin(tpl, cw, pins, ("hf_file",))
     chat_template = FilePin(row.name, row.repository, row.revision, row.path, row.sha256)
 
     # [routing]
     w = top.sub("routing")
-    routing = _mapping(data["routing"], w, "[routing]")
-    _keys(routing, w, _field_names(Routing))
+    routing = typed.mapping(data["routing"], "[routing]", w.error)
+    typed.check_keys(routing, w.error, _field_names(Routing))
     host_re = re.compile(r"^[a-z0-9.-]+$")
-    routing_t = Routing(_str(routing, "server_name", w, host_re),
-                        _str(routing, "long_server_name", w, host_re),
-                        _str(routing, "long_model_name", w, HF_REPO_RE))
+    routing_t = Routing(typed.string(routing, "server_name", w.error, host_re),
+                        typed.string(routing, "long_server_name", w.error, host_re),
+                        typed.string(routing, "long_model_name", w.error, typed.HF_REPO_RE))
 
     # [engine]
     w = top.sub("engine")
-    eng = _mapping(data["engine"], w, "[engine]")
-    _keys(eng, w, ("page_size", "port", "cold_start_s", "command", "argv", "environment", "hicache"))
+    eng = typed.mapping(data["engine"], "[engine]", w.error)
+    typed.check_keys(eng, w.error, ("page_size", "port", "cold_start_s", "command", "argv",
+                                    "environment", "hicache"))
     allowed = SHARED_PLACEHOLDERS + ROW_PLACEHOLDERS
     argv = _argv(eng["argv"], w, allowed)
     missing = [f for f in DERIVED_FLAGS
@@ -426,8 +366,8 @@ def load_common(path: str | Path, display: str | None = None,
         raise w.error(f"argv lacks {', '.join(missing)}; these carry the per-replica and "
                       "per-deployment values")
     hw = top.sub("engine.hicache")
-    hicache = _mapping(eng["hicache"], hw, "[engine.hicache]")
-    _keys(hicache, hw, ("argv", "environment"))
+    hicache = typed.mapping(eng["hicache"], "[engine.hicache]", hw.error)
+    typed.check_keys(hicache, hw.error, ("argv", "environment"))
     hicache_argv = _argv(hicache["argv"], hw, ())
     env = _environment(eng["environment"], top.sub("engine.environment"))
     hicache_env = _environment(hicache["environment"], top.sub("engine.hicache.environment"))
@@ -435,10 +375,10 @@ def load_common(path: str | Path, display: str | None = None,
     _check_unique_env([(top.sub("engine.environment"), env),
                        (top.sub("engine.hicache.environment"), hicache_env)])
     engine = Engine(
-        page_size=_int(eng, "page_size", w),
-        port=_int(eng, "port", w),
-        cold_start_s=_int(eng, "cold_start_s", w),
-        command=_str_list(eng, "command", w),
+        page_size=typed.integer(eng, "page_size", w.error),
+        port=typed.integer(eng, "port", w.error),
+        cold_start_s=typed.integer(eng, "cold_start_s", w.error),
+        command=typed.string_list(eng, "command", w.error),
         argv=argv,
         environment=env,
         hicache_argv=hicache_argv,
@@ -448,14 +388,14 @@ def load_common(path: str | Path, display: str | None = None,
         raise w.error("command must not be empty")
 
     # [sidecars]
-    sidecars_raw = _mapping(data["sidecars"], top.sub("sidecars"), "[sidecars]")
+    sidecars_raw = typed.mapping(data["sidecars"], "[sidecars]", top.sub("sidecars").error)
     sidecars: dict[str, Sidecar] = {}
     for sname, row in sidecars_raw.items():
         sw = top.sub("sidecars", sname)
         if sname not in SIDECARS:
             raise sw.error(f"unknown sidecar {sname!r}; known: {', '.join(SIDECARS)}")
-        row = _mapping(row, sw, "sidecar")
-        _keys(row, sw, ("pin",), ("environment", "privileged_reason"))
+        row = typed.mapping(row, "sidecar", sw.error)
+        typed.check_keys(row, sw.error, ("pin",), ("environment", "privileged_reason"))
         reason = row.get("privileged_reason", "")
         if not isinstance(reason, str) or ("privileged_reason" in row and not reason.strip()):
             raise top.sub(f"sidecars.{sname}", "privileged_reason").error(
@@ -473,13 +413,13 @@ def load_common(path: str | Path, display: str | None = None,
 
     # [telemetry]
     w = top.sub("telemetry")
-    tel = _mapping(data["telemetry"], w, "[telemetry]")
-    _keys(tel, w, _field_names(Telemetry))
+    tel = typed.mapping(data["telemetry"], "[telemetry]", w.error)
+    typed.check_keys(tel, w.error, _field_names(Telemetry))
     duration = re.compile(r"^[1-9][0-9]*s$")
-    telemetry = Telemetry(_str(tel, "label_prefix", w, re.compile(r"^[a-z0-9.]+\.$")),
-                          _str(tel, "scrape_interval", w, duration),
-                          _str(tel, "scrape_timeout", w, duration),
-                          _str(tel, "log_source", w, MARKER_RE))
+    telemetry = Telemetry(typed.string(tel, "label_prefix", w.error, re.compile(r"^[a-z0-9.]+\.$")),
+                          typed.string(tel, "scrape_interval", w.error, duration),
+                          typed.string(tel, "scrape_timeout", w.error, duration),
+                          typed.string(tel, "log_source", w.error, MARKER_RE))
 
     return Common(
         path=name,
@@ -500,8 +440,8 @@ def _replica(row: Mapping[str, Any], position: int, where: _Where, page_size: in
     w = where.sub("replicas", label)
     required = ("index", "gpus", "release", "chunked_prefill_size", "prefill_decode_interval",
                 "dist_init_addr", "dsa_qsplit")
-    _keys(row, w, required, ("hicache_ram_budget", "telemetry_markers"))
-    index = _int(row, "index", w)
+    typed.check_keys(row, w.error, required, ("hicache_ram_budget", "telemetry_markers"))
+    index = typed.integer(row, "index", w.error)
     gpus = row["gpus"]
     if (not isinstance(gpus, list) or not gpus
             or not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 64
@@ -509,28 +449,28 @@ def _replica(row: Mapping[str, Any], position: int, where: _Where, page_size: in
         raise w.error(f"gpus must be a non-empty list of GPU indices, got {gpus!r}")
     if len(set(gpus)) != len(gpus):
         raise w.error(f"gpus {gpus!r} lists a GPU twice")
-    release = _str(row, "release", w, re.compile(r"^glm53_v[0-9]+$"),
+    release = typed.string(row, "release", w.error, re.compile(r"^glm53_v[0-9]+$"),
                    " (a recipe name; its image comes from recipes/releases/<name>.json)")
-    chunk = _int(row, "chunked_prefill_size", w)
+    chunk = typed.integer(row, "chunked_prefill_size", w.error)
     if chunk % page_size:
         lower, upper = chunk - chunk % page_size, chunk - chunk % page_size + page_size
         raise w.error(f"chunked_prefill_size {chunk} is not a multiple of the page size "
                       f"{page_size} ([engine] page_size); use {lower or upper} or {upper}")
-    pdi = _int(row, "prefill_decode_interval", w)
-    dist = _str(row, "dist_init_addr", w, DIST_INIT_RE, " (host:port)")
+    pdi = typed.integer(row, "prefill_decode_interval", w.error)
+    dist = typed.string(row, "dist_init_addr", w.error, DIST_INIT_RE, " (host:port)")
     port = int(dist.rsplit(":", 1)[1])
     if not 1024 <= port <= 65535:
         raise w.error(f"dist_init_addr port {port} is outside 1024-65535")
-    qsplit = _bool(row, "dsa_qsplit", w)
+    qsplit = typed.boolean(row, "dsa_qsplit", w.error)
     budget = None
     if "hicache_ram_budget" in row:
-        budget = _str(row, "hicache_ram_budget", w, RAM_BUDGET_RE, " (e.g. 406GiB)")
+        budget = typed.string(row, "hicache_ram_budget", w.error, RAM_BUDGET_RE, " (e.g. 406GiB)")
     if hicache and budget is None:
         raise w.error("hicache_ram_budget is required: this deployment has hicache = true")
     if not hicache and budget is not None:
         raise w.error("hicache_ram_budget is set but this deployment has hicache = false; "
                       "remove it")
-    markers = _str_list(row, "telemetry_markers", w, MARKER_RE)
+    markers = typed.string_list(row, "telemetry_markers", w.error, MARKER_RE)
     for m in markers:
         if DERIVED_VARIANT_RE.search(m):
             raise w.error(f"telemetry marker {m!r} is derived (qsplit/offloop/c<chunk>/"
@@ -541,36 +481,37 @@ def _replica(row: Mapping[str, Any], position: int, where: _Where, page_size: in
 def load_deployment(path: str | Path, common: Common, display: str | None = None) -> Deployment:
     path = Path(path)
     name = display or str(path)
-    data = _load_toml(path)
+    data = typed.load_toml(path, lambda m: TableError(name, "-", None, m))
     top = _Where(name, "(top level)")
-    _keys(data, top, ("deployment", "engine", "replicas"))
+    typed.check_keys(data, top.error, ("deployment", "engine", "replicas"))
 
     w = top.sub("deployment")
-    dep = _mapping(data["deployment"], w, "[deployment]")
-    _keys(dep, w, _field_names(DeploymentInfo))
-    checkpoint = _str(dep, "checkpoint", w)
+    dep = typed.mapping(data["deployment"], "[deployment]", w.error)
+    typed.check_keys(dep, w.error, _field_names(DeploymentInfo))
+    checkpoint = typed.string(dep, "checkpoint", w.error)
     if checkpoint not in common.models.checkpoints:
         raise w.error(f"checkpoint {checkpoint!r} is not in {common.path} [models.checkpoints] "
                       f"({', '.join(common.models.checkpoints)})")
-    extra = _str_list(dep, "extra_downloads", w)
+    extra = typed.string_list(dep, "extra_downloads", w.error)
     for e in extra:
         if e not in common.models.checkpoints or e == checkpoint:
             raise w.error(f"extra_downloads entry {e!r} must be another checkpoint of "
                           f"[models.checkpoints]")
     info = DeploymentInfo(
-        file=_str(dep, "file", w, re.compile(r"^[A-Za-z0-9.-]+\.yaml$")),
-        title=_str(dep, "title", w),
-        name=_str(dep, "name", w, MARKER_RE),
+        file=typed.string(dep, "file", w.error, re.compile(r"^[A-Za-z0-9.-]+\.yaml$")),
+        title=typed.string(dep, "title", w.error),
+        name=typed.string(dep, "name", w.error, MARKER_RE),
         checkpoint=checkpoint,
         extra_downloads=extra,
-        precision=_str(dep, "precision", w, MARKER_RE),
-        service_prefix=_str(dep, "service_prefix", w, re.compile(r"^[a-z0-9][a-z0-9-]*-r$"),
-                            " (ends in -r; the replica index follows)"),
-        hicache=_bool(dep, "hicache", w),
-        long_tier=_bool(dep, "long_tier", w),
-        variant_prefix=_str(dep, "variant_prefix", w, MARKER_RE),
-        variant_features=_str_list(dep, "variant_features", w, MARKER_RE),
-        variant_suffix=_str(dep, "variant_suffix", w, MARKER_RE),
+        precision=typed.string(dep, "precision", w.error, MARKER_RE),
+        service_prefix=typed.string(dep, "service_prefix", w.error,
+                                    re.compile(r"^[a-z0-9][a-z0-9-]*-r$"),
+                                    " (ends in -r; the replica index follows)"),
+        hicache=typed.boolean(dep, "hicache", w.error),
+        long_tier=typed.boolean(dep, "long_tier", w.error),
+        variant_prefix=typed.string(dep, "variant_prefix", w.error, MARKER_RE),
+        variant_features=typed.string_list(dep, "variant_features", w.error, MARKER_RE),
+        variant_suffix=typed.string(dep, "variant_suffix", w.error, MARKER_RE),
     )
     for key, part in (("variant_prefix", info.variant_prefix),
                       ("variant_suffix", info.variant_suffix),
@@ -580,8 +521,8 @@ def load_deployment(path: str | Path, common: Common, display: str | None = None
                           "(qsplit/offloop/c<chunk>/pdi<n>); those come from the replica rows")
 
     w = top.sub("engine")
-    eng = _mapping(data["engine"], w, "[engine]")
-    _keys(eng, w, (), ("argv", "environment"))
+    eng = typed.mapping(data["engine"], "[engine]", w.error)
+    typed.check_keys(eng, w.error, (), ("argv", "environment"))
     argv = _argv(eng.get("argv", []), w, SHARED_PLACEHOLDERS)
     env = _environment(eng.get("environment", {}), top.sub("engine.environment"))
     cw = _Where(common.path, "engine")
@@ -597,7 +538,7 @@ def load_deployment(path: str | Path, common: Common, display: str | None = None
     rows = data["replicas"]
     if not isinstance(rows, list) or not rows:
         raise top.sub("replicas").error("needs at least one [[replicas]] row")
-    replicas = tuple(_replica(_mapping(r, top.sub("replicas", f"#{i + 1}"), "replica row"),
+    replicas = tuple(_replica(typed.mapping(r, "replica row", top.sub("replicas", f"#{i + 1}").error),
                               i + 1, top, common.engine.page_size, info.hicache)
                      for i, r in enumerate(rows))
     _check_rows(replicas, top, common)

@@ -17,16 +17,15 @@ name the file, the entry and the fix.
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tools.files import typed
+
 SCHEMA = 1
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_TOP_KEYS = {"schema", "current", "candidate", "accepted"}
-_ENTRY_KEYS = {"entry", "candidate_ids_sha256", "reason"}
+_TOP_KEYS = ("schema", "current", "candidate", "accepted")
+_ENTRY_KEYS = ("entry", "candidate_ids_sha256", "reason")
 
 
 class AcceptedFileError(ValueError):
@@ -51,25 +50,19 @@ class AcceptedFile:
         return {a.entry: a for a in self.accepted}
 
 
-def _str(value: Any, where: str, key: str) -> str:
-    if not isinstance(value, str):
-        raise AcceptedFileError(f"{where}: {key!r} must be a string, got {type(value).__name__}")
-    return value
+def _error(where: str):
+    return lambda message: AcceptedFileError(f"{where}: {message}")
 
 
 def parse(data: Any, path: str) -> AcceptedFile:
     """Validates a decoded accepted file (`path` is used in the messages only)."""
     if not isinstance(data, dict):
         raise AcceptedFileError(f"{path}: the top level must be a JSON object")
-    unknown = sorted(set(data) - _TOP_KEYS)
-    missing = sorted(_TOP_KEYS - set(data))
-    if unknown or missing:
-        raise AcceptedFileError(f"{path}: unknown keys {unknown}, missing keys {missing}; "
-                                f"expected exactly {sorted(_TOP_KEYS)}")
+    typed.check_keys(data, _error(path), _TOP_KEYS)
     if data["schema"] != SCHEMA:
         raise AcceptedFileError(f"{path}: schema {data['schema']!r} is not {SCHEMA}")
-    current = _str(data["current"], path, "current")
-    candidate = _str(data["candidate"], path, "candidate")
+    current = typed.string(data, "current", _error(path))
+    candidate = typed.string(data, "candidate", _error(path))
     if not isinstance(data["accepted"], list):
         raise AcceptedFileError(f"{path}: 'accepted' must be a list of objects")
     seen: set[str] = set()
@@ -77,19 +70,15 @@ def parse(data: Any, path: str) -> AcceptedFile:
     for index, item in enumerate(data["accepted"]):
         where = f"{path}: accepted[{index}]"
         if not isinstance(item, dict):
-            raise AcceptedFileError(f"{where}: must be an object with keys {sorted(_ENTRY_KEYS)}")
+            raise AcceptedFileError(f"{where}: must be an object with keys {', '.join(_ENTRY_KEYS)}")
         entry = item.get("entry")
         if isinstance(entry, str):
             where = f"{path}: entry {entry!r}"
-        unknown = sorted(set(item) - _ENTRY_KEYS)
-        missing = sorted(_ENTRY_KEYS - set(item))
-        if unknown or missing:
-            raise AcceptedFileError(f"{where}: unknown keys {unknown}, missing keys {missing}; "
-                                    f"expected exactly {sorted(_ENTRY_KEYS)}")
-        entry = _str(item["entry"], where, "entry")
-        digest = _str(item["candidate_ids_sha256"], where, "candidate_ids_sha256")
-        reason = _str(item["reason"], where, "reason")
-        if not _HEX64.match(digest):
+        typed.check_keys(item, _error(where), _ENTRY_KEYS)
+        entry = typed.string(item, "entry", _error(where))
+        digest = typed.string(item, "candidate_ids_sha256", _error(where))
+        reason = typed.string(item, "reason", _error(where))
+        if not typed.SHA256_RE.match(digest):
             raise AcceptedFileError(f"{where}: candidate_ids_sha256 {digest!r} is not 64 lowercase hex "
                                     "digits; copy the hash the gate prints for this entry")
         if not reason.strip():
@@ -105,11 +94,6 @@ def parse(data: Any, path: str) -> AcceptedFile:
 def load(path: Path, display: str | None = None) -> AcceptedFile:
     """Reads and validates the file; `display` is the repository path used in messages."""
     name = display or str(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise AcceptedFileError(f"{name}: missing; create it with the header "
-                                f'{{"schema": {SCHEMA}, "current": ..., "candidate": ..., "accepted": []}}') from None
-    except json.JSONDecodeError as err:
-        raise AcceptedFileError(f"{name}: not valid JSON ({err})") from None
+    data = typed.load_json(path, _error(name), "create it with the header "
+                           f'{{"schema": {SCHEMA}, "current": ..., "candidate": ..., "accepted": []}}')
     return parse(data, name)

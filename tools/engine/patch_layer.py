@@ -24,13 +24,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tools.engine.patch_pyc import PYC_TAG  # noqa: E402
-from tools.oci import ocitar  # noqa: E402
-from tools.oci.layer import contents  # noqa: E402
-from tools.oci.ocilayout import LayerDescriptor, write_canonical  # noqa: E402
+from tools.engine.patch_pyc import PYC_TAG
+from tools.oci import ocitar
+from tools.oci.layer import contents
+from tools.oci.ocilayout import LayerDescriptor, write_canonical
 
 LABEL_PREFIX = "ai.glm53.patch."
 

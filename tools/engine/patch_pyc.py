@@ -15,11 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tools.oci import ocitar  # noqa: E402
-from tools.oci.python import pycompile  # noqa: E402
+from tools.oci import ocitar
+from tools.oci.python import pycompile
 
 # The tag of the interpreter the images run (Debian 12's python3.11); the layer's whiteouts
 # for deleted files' bytecode use it too.

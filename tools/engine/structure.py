@@ -14,12 +14,9 @@ import json
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tools.engine.patch_pyc import PYC_TAG  # noqa: E402
-from tools.oci import structure  # noqa: E402
-from tools.oci.structure import Checker, Node  # noqa: E402
+from tools.engine.patch_pyc import PYC_TAG
+from tools.oci import structure
+from tools.oci.structure import Checker, Node
 
 RECIPE_FILES = ("series.json", "PROVENANCE", "PROVENANCE.json", "patches.json")
 

@@ -14,11 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tools.oci.mediatypes import oci_layer_type  # noqa: E402
-from tools.oci.ocilayout import (  # noqa: E402
+from tools.oci.mediatypes import oci_layer_type
+from tools.oci.ocilayout import (
     ConfigChanges,
     LayerDescriptor,
     LayoutError,

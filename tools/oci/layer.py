@@ -26,12 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tools.oci import ocitar  # noqa: E402
-from tools.oci.python import pycompile  # noqa: E402
-from tools.oci.ocilayout import LayerDescriptor, write_canonical  # noqa: E402
+from tools.oci import ocitar
+from tools.oci.python import pycompile
+from tools.oci.ocilayout import LayerDescriptor, write_canonical
 
 
 class SpecError(Exception):

@@ -20,12 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Generic, TypeVar
 
-if __package__ in (None, ""):
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tools.oci.ocilayout import LayoutError  # noqa: E402
+from tools.oci.ocilayout import LayoutError
 
 WHITEOUT_PREFIX = ".wh."
 OPAQUE = WHITEOUT_PREFIX + WHITEOUT_PREFIX + ".opq"

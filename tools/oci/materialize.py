@@ -22,11 +22,8 @@ import shutil
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tools.oci import ocitar  # noqa: E402
-from tools.oci.ocilayout import Image, LayoutError, blob_path, link_or_copy, parse_blob_args, read_layout  # noqa: E402
+from tools.oci import ocitar
+from tools.oci.ocilayout import Image, LayoutError, blob_path, link_or_copy, parse_blob_args, read_layout
 
 
 def materialize(image: Path, blobs: dict[str, Path], out: Path, mode: str, verify: bool = False) -> str:

@@ -33,12 +33,9 @@ import tarfile
 from pathlib import Path
 from typing import BinaryIO
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tools.oci import layerwalk, registry  # noqa: E402
-from tools.oci.mediatypes import oci_layer_type  # noqa: E402
-from tools.oci.ocilayout import LayoutError, canonical_json, sha256_digest  # noqa: E402
+from tools.oci import layerwalk, registry
+from tools.oci.mediatypes import oci_layer_type
+from tools.oci.ocilayout import LayoutError, canonical_json, sha256_digest
 
 INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",

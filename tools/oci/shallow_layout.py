@@ -20,10 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tools.oci.ocilayout import LayoutError, check_digest, sha256_digest, write_layout  # noqa: E402
+from tools.oci.ocilayout import LayoutError, check_digest, sha256_digest, write_layout
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tools.oci import layerwalk  # noqa: E402
-from tools.oci.ocilayout import LayoutError, parse_blob_args, read_layout  # noqa: E402
+from tools.oci import layerwalk
+from tools.oci.ocilayout import LayoutError, parse_blob_args, read_layout
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tools.oci.materialize import materialize  # noqa: E402
-from tools.oci.ocilayout import LayoutError, parse_blob_args, read_layout  # noqa: E402
+from tools.oci.materialize import materialize
+from tools.oci.ocilayout import LayoutError, parse_blob_args, read_layout
 
 TOOL = "oci-image-tool"
 

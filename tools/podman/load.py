@@ -20,13 +20,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tools.oci.materialize import materialize_image  # noqa: E402
-from tools.oci.ocilayout import LayoutError, parse_blob_args, read_layout  # noqa: E402
-from tools.podman.podman_backend import PodmanConfig, PodmanError, pull  # noqa: E402
-from tools.podman.spec import default_cache_root  # noqa: E402
+from tools.oci.materialize import materialize_image
+from tools.oci.ocilayout import LayoutError, parse_blob_args, read_layout
+from tools.podman.podman_backend import PodmanConfig, PodmanError, pull
+from tools.podman.spec import default_cache_root
 
 PODMAN_TIMEOUT_S = 1800
 

@@ -21,10 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tools.release import dsse, provenance  # noqa: E402
+from tools.release import dsse, provenance
 
 
 class VerifyError(Exception):

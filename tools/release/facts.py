@@ -21,11 +21,8 @@ import json
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tools.release.fingerprint import fingerprint  # noqa: E402
-from tools.release.schema import Facts, RecordError  # noqa: E402
+from tools.release.fingerprint import fingerprint
+from tools.release.schema import Facts, RecordError
 
 BASE_NAME = "org.opencontainers.image.base.name"
 BASE_DIGEST = "org.opencontainers.image.base.digest"

@@ -20,10 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tools.oci.ocilayout import canonical_json  # noqa: E402
+from tools.oci.ocilayout import canonical_json
 
 SCHEMA = 1
 

@@ -24,14 +24,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tools.oci.ocilayout import (  # noqa: E402
+from tools.oci.ocilayout import (
     ConfigChanges, LayerDescriptor, LayoutError, blob_path, canonical_json, derive_config, make_manifest,
     write_layout,
 )
-from tools.release.sbom import EPOCH, NAMESPACE, SbomError, normalize, scan  # noqa: E402
+from tools.release.sbom import EPOCH, NAMESPACE, SbomError, normalize, scan
 
 DOCUMENT = "SPDXRef-DOCUMENT"
 IMAGE_ID = "SPDXRef-Image"

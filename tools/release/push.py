@@ -22,14 +22,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tools.oci.materialize import link_view  # noqa: E402
-from tools.oci.ocilayout import Image, LayoutError, find_layout, parse_blob_args, read_layout  # noqa: E402
-from tools.files import atomic  # noqa: E402
-from tools.release import record as record_lib  # noqa: E402
-from tools.oci import registry  # noqa: E402
+from tools.oci.materialize import link_view
+from tools.oci.ocilayout import Image, LayoutError, find_layout, parse_blob_args, read_layout
+from tools.files import atomic
+from tools.release import record as record_lib
+from tools.oci import registry
 
 BASE_NAME_LABEL = "org.opencontainers.image.base.name"
 BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"

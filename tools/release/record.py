@@ -30,13 +30,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tools.files import atomic  # noqa: E402
-from tools.oci.reference import ReferenceError, check_digest, check_tag, parse_repository  # noqa: E402
-from tools.release.fingerprint import fingerprint  # noqa: E402
-from tools.release.schema import Facts, Record, RecordError, load, read_json  # noqa: E402
+from tools.files import atomic
+from tools.oci.reference import ReferenceError, check_digest, check_tag, parse_repository
+from tools.release.fingerprint import fingerprint
+from tools.release.schema import Facts, Record, RecordError, load, read_json
 
 
 def read_built_digest(digest_file: Path) -> str:

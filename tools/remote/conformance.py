@@ -62,7 +62,7 @@ DEFAULT_TARGETS = (
     "//deploy/validators:telemetry_test",
     "//deploy/validators:prod_contract_test",
     "//deploy/validators:loading_test",
-    "//compose:golden_test",
+    "//compose:files_test",
     "//deploy:deployable_test",
     "//deploy:releases_test",
     "//compose:deployable_test",

@@ -17,7 +17,7 @@ def test_unknown_key_names_table_and_row(tables, records, expect_error):
                 "chunk_sise = 4096")
     msg = expect_error(TableError, lambda: tables.generate(LONG_CONTEXT, records))
     assert LONG_CONTEXT in msg
-    assert "[replicas] row r2: unknown key 'chunk_sise'" in msg
+    assert "[replicas] row r2: unknown keys ['chunk_sise']" in msg
     assert "chunked_prefill_size" in msg  # lists the known keys
 
 
@@ -64,7 +64,7 @@ def test_sidecar_image_typed_instead_of_pinned(tables, records, expect_error):
     tables.edit("common.toml", '[sidecars.nginx]\npin = "nginx"',
                 '[sidecars.nginx]\nimage = "docker.io/library/nginx:1.29-alpine"')
     msg = expect_error(TableError, lambda: tables.generate(LONG_CONTEXT, records))
-    assert "common.toml: [sidecars] row nginx: unknown key 'image'; known keys: pin" in msg
+    assert "common.toml: [sidecars] row nginx: unknown keys ['image'], missing keys ['pin']; the keys are pin (optional: " in msg
 
 
 def test_checkpoint_pin_of_the_wrong_kind(tables, records, expect_error):

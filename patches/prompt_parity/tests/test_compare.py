@@ -98,7 +98,7 @@ def test_changed_image_count_fails() -> None:
     ({"entry": "b", "candidate_ids_sha256": "0" * 64, "reason": "  "}, "the reason is empty"),
     ({"entry": "b", "candidate_ids_sha256": "abc", "reason": "x"}, "is not 64 lowercase hex"),
     ({"entry": "b", "candidate_ids_sha256": "0" * 64, "reason": "x", "note": 1}, "unknown keys ['note']"),
-    ({"entry": 3, "candidate_ids_sha256": "0" * 64, "reason": "x"}, "'entry' must be a string"),
+    ({"entry": 3, "candidate_ids_sha256": "0" * 64, "reason": "x"}, "entry must be a string"),
 ])
 def test_malformed_acceptance_is_refused(item: dict, message: str) -> None:
     with pytest.raises(accepted_file.AcceptedFileError) as err:

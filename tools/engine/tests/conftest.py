@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-ENGINE_DIR = Path(__file__).resolve().parents[1]
-if str(ENGINE_DIR.parents[1]) not in sys.path:
-    sys.path.insert(0, str(ENGINE_DIR.parents[1]))
+from tools.oci.testing.runner import tool_runner
 
-from tools.oci.testing.runner import tool_runner  # noqa: E402
+ENGINE_DIR = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture

@@ -23,14 +23,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-
-from tools.oci import ocitar  # noqa: E402
-from tools.oci.debian.debian import (Apt, Archive, Deb, DebianError, Lock, Pin, pins_from_indexes,  # noqa: E402
+from tools.oci import ocitar
+from tools.oci.debian.debian import (Apt, Archive, Deb, DebianError, Lock, Pin, pins_from_indexes,
                                      relock_command, unpack)
-from tools.oci.ocilayout import LayerDescriptor, write_canonical  # noqa: E402
-from tools.oci.python import pycompile  # noqa: E402
+from tools.oci.ocilayout import LayerDescriptor, write_canonical
+from tools.oci.python import pycompile
 
 PASSWD = "root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n"
 GROUP = "root:x:0:\nnogroup:x:65534:\n"

@@ -46,7 +46,10 @@ def _oci_pull_impl(rctx):
     ]
     for prefix in rctx.attr.scan:
         args += ["--scan", prefix]
-    result = rctx.execute(args, timeout = 3600, quiet = False)
+
+    # pull.py imports by path from the workspace root (tools.oci...), as under py_program.
+    root = program[0].dirname.dirname.dirname
+    result = rctx.execute(args, timeout = 3600, quiet = False, environment = {"PYTHONPATH": str(root)})
     if result.return_code != 0:
         fail("oci_pull(%s): fetching %s/%s@%s failed:\n%s\nThe fetch needs access to that registry (credentials: $REGISTRY_AUTH_FILE, $DOCKER_CONFIG or skopeo's default auth files)." % (
             rctx.name,

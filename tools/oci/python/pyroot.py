@@ -33,19 +33,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from installer import install
+from installer.destinations import SchemeDictionaryDestination
+from installer.records import Hash, RecordEntry
+from installer.scripts import Script
+from installer.sources import WheelFile
+from installer.utils import Scheme, copyfileobj_with_hashing
 
-from installer import install  # noqa: E402
-from installer.destinations import SchemeDictionaryDestination  # noqa: E402
-from installer.records import Hash, RecordEntry  # noqa: E402
-from installer.scripts import Script  # noqa: E402
-from installer.sources import WheelFile  # noqa: E402
-from installer.utils import Scheme, copyfileobj_with_hashing  # noqa: E402
-
-from tools.oci import ocitar  # noqa: E402
-from tools.oci.ocilayout import LayerDescriptor, write_canonical  # noqa: E402
-from tools.oci.python import pycompile  # noqa: E402
+from tools.oci import ocitar
+from tools.oci.ocilayout import LayerDescriptor, write_canonical
+from tools.oci.python import pycompile
 
 SITE = "usr/lib/python3/dist-packages"
 BIN = "usr/local/bin"

@@ -10,7 +10,8 @@ starts the server, waits until /v2/ answers, and stops exactly that process (by 
 With `users`, the registry requires basic auth (htpasswd, bcrypt) and `reg.auth_file` is a
 docker/podman auth file holding the first user's credentials.
 Every test that needs a registry uses this module (push, pull, pin resolution, production base).
-Run as a program to keep one up for manual work: `local_registry.py --dir /tmp/reg`.
+Run as a program to keep one up for manual work:
+`bazel run //tools/oci:local_registry_server -- --dir /tmp/reg`.
 """
 
 from __future__ import annotations
@@ -29,10 +30,7 @@ import urllib.request
 import warnings
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-
-from tools.oci.registry import Repository, Skopeo  # noqa: E402
+from tools.oci.registry import Repository, Skopeo
 
 BINARY = "/usr/bin/docker-registry"
 _CONFIG = """\

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,9 @@ def tool_runner(*dirs: Path) -> Runner:
         script = next((d / f"{name}.py" for d in dirs if (d / f"{name}.py").is_file()), None)
         if script is None:
             raise AssertionError(f"no {name}.py in {[str(d) for d in dirs]}")
-        proc = subprocess.run([sys.executable, str(script), *args], text=True,
+        # The program imports by path from the workspace root, as this process does.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        proc = subprocess.run([sys.executable, str(script), *args], text=True, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         if check and proc.returncode != 0:
             raise AssertionError(f"{name}.py {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")

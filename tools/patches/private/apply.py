@@ -2,7 +2,7 @@
 
 import sys
 
-from patchchain.apply_main import main
+from tools.patches.private.patchchain.apply_main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,7 +2,7 @@
 
 import sys
 
-from patchchain.bump_main import main
+from tools.patches.private.patchchain.bump_main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,8 +1,9 @@
 """py_pytest_test: a py_test whose main is the pytest launcher."""
 
 load("@pip_tools//:requirements.bzl", "requirement")
+load(":program.bzl", "workspace_root_imports")
 
-def py_pytest_test(name, srcs, deps = [], data = [], args = [], **kwargs):
+def py_pytest_test(name, srcs, deps = [], data = [], args = [], imports = [], **kwargs):
     """Runs pytest on `srcs` (and any conftest.py among them) as one Bazel test.
 
     Args:
@@ -11,6 +12,7 @@ def py_pytest_test(name, srcs, deps = [], data = [], args = [], **kwargs):
       deps: libraries the tests import.
       data: runtime files.
       args: extra pytest arguments.
+      imports: extra import roots besides the workspace root.
       **kwargs: passed to py_test (size, env, tags, ...).
     """
     launcher = "//tools/python:pytest_main.py"
@@ -25,5 +27,6 @@ def py_pytest_test(name, srcs, deps = [], data = [], args = [], **kwargs):
         deps = deps + [requirement("pytest")],
         data = data,
         args = ["$(rootpath {})".format(s) for s in test_files] + args,
+        imports = workspace_root_imports() + imports,
         **kwargs
     )

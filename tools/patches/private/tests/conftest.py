@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from patchchain import apply_main
-from patchchain.declaration import dump_json
-from patchchain.layout import SourceTree
-from patchchain.rehash_main import rehash
+from tools.patches.private.patchchain import apply_main
+from tools.patches.private.patchchain.declaration import dump_json
+from tools.patches.private.patchchain.layout import SourceTree
+from tools.patches.private.patchchain.rehash_main import rehash
 
 BASE_PIN = {"wheel": "sglang-0.5.19-cp311-cp311-manylinux_2_34_x86_64.whl", "sha256": "0" * 64}
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import MODULE, P, Synth, patch_text, udiff
-from patchchain import bump_main
-from patchchain.bump import (
+from tools.patches.private.patchchain import bump_main
+from tools.patches.private.patchchain.bump import (
     APPLIES,
     APPLIES_WITH_OFFSETS,
     CONFLICTS,
@@ -25,9 +25,9 @@ from patchchain.bump import (
     need_verdict,
     stock_outcomes,
 )
-from patchchain.chain import read_patch_files
-from patchchain.declaration import load_chain
-from patchchain.layout import SourceTree
+from tools.patches.private.patchchain.chain import read_patch_files
+from tools.patches.private.patchchain.declaration import load_chain
+from tools.patches.private.patchchain.layout import SourceTree
 
 # v1: a.diff edits f3 and f15 of mod.py; b.diff creates new.py. v2: c.diff edits other.py.
 EDIT = MODULE.replace("    return 3\n", "    return 33\n").replace("    return 15\n", "    return 1515\n")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import MODULE, P, patch_text, udiff
-from patchchain.declaration import dump_json, load_chain, load_series, series_json
-from patchchain.errors import DeclarationError
+from tools.patches.private.patchchain.declaration import dump_json, load_chain, load_series, series_json
+from tools.patches.private.patchchain.errors import DeclarationError
 
 EDIT = MODULE.replace("    return 3\n", "    return 33\n")
 

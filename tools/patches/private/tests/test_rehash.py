@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from conftest import MODULE, P, patch_text, udiff
-from patchchain import rehash_main
+from tools.patches.private.patchchain import rehash_main
 
 EDIT = MODULE.replace("    return 3\n", "    return 33\n")
 EDIT_B = MODULE.replace("    return 3\n", "    return 333\n")
