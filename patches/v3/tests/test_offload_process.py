@@ -715,21 +715,17 @@ def test_abort_while_a_generate_prompt_is_on_its_lane_never_dispatches(
     assert state is None or state.out_list[-1]["meta_info"]["finish_reason"]["type"] == "abort"
 
 
-@pytest.mark.detects_stock_bug
-@pytest.mark.detects_previous_v3
-def test_abort_during_the_chat_conversion_never_dispatches(
-    dispatching, hold_factory, monkeypatch
-):
-    """With one tokenizer worker, an abort of a chat request whose template still renders (its
-    rid not yet known to the manager) was dropped and the request then ran."""
+def _held_dispatching_chat(dispatching: Any, hold: Any) -> Any:
+    """The real chat serving class over the fixture's manager, its tokenizer held by `hold`
+    (the lanes copy it), each converted request submitted until its dispatch."""
     from test_request_preprocessing_off_loop import HeldTokenizer
 
     from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
-    tm, scheduler, submit_until_dispatch = dispatching
-    hold = hold_factory()
+
+    tm, _, submit_until_dispatch = dispatching
     tm.tokenizer = HeldTokenizer(tm.tokenizer, hold)
     tm.shutdown_request_preprocessing()
-    tm.init_request_preprocessing()  # the lanes copy the held tokenizer
+    tm.init_request_preprocessing()
 
     class DispatchingChat(OpenAIServingChat):
         async def _handle_non_streaming_request(self, adapted_request, request, raw_request):
@@ -737,7 +733,19 @@ def test_abort_during_the_chat_conversion_never_dispatches(
             await submit_until_dispatch(tm, adapted_request)
             return tm.rid_to_state.get(adapted_request.rid)
 
-    serving = DispatchingChat(tm, TemplateManager())
+    return DispatchingChat(tm, TemplateManager())
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_abort_during_the_chat_conversion_never_dispatches(
+    dispatching, hold_factory, monkeypatch
+):
+    """With one tokenizer worker, an abort of a chat request whose template still renders (its
+    rid not yet known to the manager) was dropped and the request then ran."""
+    tm, scheduler, submit_until_dispatch = dispatching
+    hold = hold_factory()
+    serving = _held_dispatching_chat(dispatching, hold)
 
     async def scenario():
         task = asyncio.create_task(
@@ -755,16 +763,9 @@ def test_abort_during_the_chat_conversion_never_dispatches(
     scheduler.assert_first_is("after", "an AbortReq reached the scheduler first")
 
 
-@pytest.mark.detects_stock_bug
-@pytest.mark.detects_previous_v3
-def test_a_huge_prompts_ids_list_is_freed_on_a_lane_not_on_the_loop(dispatching, monkeypatch):
-    """The lab's py-spy trace of a 5 MB /generate: the loop ran 13.8 ms of a 16.4 ms /health
-    probe inside `_tokenize_unless_aborted`, freeing the 1.7 M-int ids list when
-    `_tokenize_one_request`'s frame returned. The list is now handed to the bulk lane and freed
-    there in slices."""
-    from sglang.srt.managers.io_struct import GenerateReqInput
-
-    tm, scheduler, submit_until_dispatch = dispatching
+@pytest.fixture
+def ids_freed(monkeypatch) -> List[Tuple[str, int]]:
+    """(thread, ids freed) of every `_drop_ids` call."""
     freed: List[Tuple[str, int]] = []
     real = tokenizer_manager._drop_ids
 
@@ -774,6 +775,19 @@ def test_a_huge_prompts_ids_list_is_freed_on_a_lane_not_on_the_loop(dispatching,
         return count
 
     monkeypatch.setattr(tokenizer_manager, "_drop_ids", recording)
+    return freed
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_a_huge_prompts_ids_list_is_freed_on_a_lane_not_on_the_loop(dispatching, ids_freed):
+    """The lab's py-spy trace of a 5 MB /generate: the loop ran 13.8 ms of a 16.4 ms /health
+    probe inside `_tokenize_unless_aborted`, freeing the 1.7 M-int ids list when
+    `_tokenize_one_request`'s frame returned. The list is now handed to the bulk lane and freed
+    there in slices."""
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    tm, scheduler, submit_until_dispatch = dispatching
     text = SENTENCE * 2000
     ids = len(tm.tokenizer.encode(text))
     assert ids > tokenizer_manager.OFF_LOOP_DISPATCH_MIN_IDS, ids
@@ -785,15 +799,15 @@ def test_a_huge_prompts_ids_list_is_freed_on_a_lane_not_on_the_loop(dispatching,
     tm._preprocessing_lanes["bulk"].submit(lambda: None).result()  # the lane ran the drop
 
     assert scheduler.receive().rid == "huge"
-    assert len(freed) == 1, freed
-    thread, count = freed[0]
+    assert len(ids_freed) == 1, ids_freed
+    thread, count = ids_freed[0]
     assert thread.startswith("sglang-preprocess"), f"freed on {thread}"
     assert count == ids, f"freed {count} of the prompt's {ids} ids: another reference held the list"
 
 
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
-def test_a_finished_requests_prompt_ids_list_is_freed_on_a_lane(dispatching, monkeypatch):
+def test_a_finished_requests_prompt_ids_list_is_freed_on_a_lane(dispatching, ids_freed, monkeypatch):
     """A chat's rendered prompt reaches generate_request as input_ids, a list the request
     object keeps: when the request ended, its handler's frames returned on the loop and freed
     it there (the lab's py-spy trace of a 4.7 MB chat: the loop ran 11.7 ms of a 16.5 ms /health
@@ -801,15 +815,6 @@ def test_a_finished_requests_prompt_ids_list_is_freed_on_a_lane(dispatching, mon
     from sglang.srt.managers.io_struct import AbortReq, GenerateReqInput
 
     tm, scheduler, _ = dispatching
-    freed: List[Tuple[str, int]] = []
-    real = tokenizer_manager._drop_ids
-
-    def recording(held):
-        count = real(held)
-        freed.append((threading.current_thread().name, count))
-        return count
-
-    monkeypatch.setattr(tokenizer_manager, "_drop_ids", recording)
     _answerable(tm, monkeypatch)
     ids = tokenizer_manager.OFF_LOOP_DISPATCH_MIN_IDS + 4000
     obj = GenerateReqInput(input_ids=list(range(1000, 1000 + ids)), rid="chat-ids",
@@ -827,8 +832,8 @@ def test_a_finished_requests_prompt_ids_list_is_freed_on_a_lane(dispatching, mon
     asyncio.run(scenario())
     tm._preprocessing_lanes["bulk"].submit(lambda: None).result()  # the lane ran the drop
 
-    assert [count for _, count in freed] == [ids], freed
-    assert freed[0][0].startswith("sglang-preprocess"), f"freed on {freed[0][0]}"
+    assert [count for _, count in ids_freed] == [ids], ids_freed
+    assert ids_freed[0][0].startswith("sglang-preprocess"), f"freed on {ids_freed[0][0]}"
 
 
 @pytest.mark.detects_stock_bug
@@ -946,25 +951,12 @@ def test_abort_during_an_anthropic_messages_conversion_never_dispatches(
     """/v1/messages converts on a lane too: the previous v3 did not watch it (the request had no
     rid yet), so an abort during the conversion was dropped and the request ran. Now the rid is
     given before the conversion (a uuid4 hex, as GenerateReqInput gives one) and watched."""
-    from test_request_preprocessing_off_loop import HeldTokenizer
-
     from sglang.srt.entrypoints.anthropic.protocol import AnthropicMessagesRequest
     from sglang.srt.entrypoints.anthropic.serving import AnthropicServing
-    from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
 
     tm, scheduler, submit_until_dispatch = dispatching
     hold = hold_factory()
-    tm.tokenizer = HeldTokenizer(tm.tokenizer, hold)
-    tm.shutdown_request_preprocessing()
-    tm.init_request_preprocessing()  # the lanes copy the held tokenizer
-
-    class DispatchingChat(OpenAIServingChat):
-        async def _handle_non_streaming_request(self, adapted_request, request, raw_request):
-            adapted_request.normalize_batch_and_arguments()
-            await submit_until_dispatch(tm, adapted_request)
-            return tm.rid_to_state.get(adapted_request.rid)
-
-    serving = AnthropicServing(DispatchingChat(tm, TemplateManager()))
+    serving = AnthropicServing(_held_dispatching_chat(dispatching, hold))
     request = AnthropicMessagesRequest(
         model="tiny", max_tokens=8, messages=[{"role": "user", "content": "hello there"}]
     )
