@@ -99,18 +99,20 @@ def targets_table(results: dict, dispatch: dict, mixed: dict, arms: tuple[str, .
 
 
 def worst_probes_table(worst: dict[str, dict[str, dict]], arms: tuple[str, ...]) -> str:
-    """The slowest probes per window and arm, split into the loop thread's runqueue wait (host CPU
-    starvation) and the remainder (the design's own delay), from its schedstat."""
+    """The slowest probes per window and arm, split into the loop thread's and the prober's runqueue
+    waits (host CPU starvation) and the remainder (the design's own delay), from their schedstat."""
     def cell(value: float | None) -> str:
         return "-" if value is None else _ms(value)
 
     lines = [
-        "Slowest probes split by the server's event-loop thread's schedstat: runqueue wait (runnable but"
-        " not running: the host's CPU was busy elsewhere) and the remainder (/health minus that wait: the"
-        " design's own delay); loop on CPU: how long the loop thread ran meanwhile.",
+        "Slowest probes split by schedstat: the server's event-loop thread's runqueue wait and the"
+        " prober's own (runnable but not running: the host's CPU was busy elsewhere) and the remainder"
+        " (/health minus both waits: the design's own delay); loop on CPU: how long the loop thread ran"
+        " meanwhile.",
         "",
-        "| Window | Arm | Rank | /health | Runqueue wait | Remainder | Loop on CPU | Probes sampled |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| Window | Arm | Rank | /health | Loop runqueue wait | Prober runqueue wait | Remainder | Loop on CPU"
+        " | Probes sampled |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     names = list(dict.fromkeys(name for arm in arms for name in worst.get(arm, {})))
     for name in names:
@@ -121,7 +123,8 @@ def worst_probes_table(worst: dict[str, dict[str, dict]], arms: tuple[str, ...])
             sampled = f"{entry['sampled']} / {entry['probes']}"
             for rank, split in enumerate(entry["worst"], 1):
                 lines.append(f"| {name} | {arm} | {rank} | {_ms(split['ms'])} | {cell(split['runqueue_ms'])}"
-                             f" | {cell(split['remainder_ms'])} | {cell(split['loop_cpu_ms'])} | {sampled} |")
+                             f" | {cell(split.get('prober_runqueue_ms'))} | {cell(split['remainder_ms'])}"
+                             f" | {cell(split['loop_cpu_ms'])} | {sampled} |")
     return "\n".join(lines) + "\n"
 
 

@@ -36,6 +36,8 @@ class Probe:
     # The server's event-loop thread's schedstat just before and just after the probe (None:
     # not recorded, as in runs before it was, or unreadable).
     loop_sched: tuple[Schedstat, Schedstat] | None = None
+    # The prober's own thread's schedstat around the same probe (None: not recorded).
+    prober_sched: tuple[Schedstat, Schedstat] | None = None
 
     @property
     def missed(self) -> bool:
@@ -69,6 +71,10 @@ class FloodStats:
     requests_ok: int
 
 
+def _schedstat_pair(raw) -> tuple[Schedstat, Schedstat] | None:
+    return None if raw is None else tuple(tuple(int(v) for v in sample[:3]) for sample in raw[:2])
+
+
 def load_probes(path: Path) -> list[Probe]:
     probes = []
     try:
@@ -80,11 +86,9 @@ def load_probes(path: Path) -> list[Probe]:
             continue
         try:
             raw = json.loads(line)
-            sched = raw.get("loop_sched")
-            if sched is not None:
-                sched = tuple(tuple(int(v) for v in sample[:3]) for sample in sched[:2])
+            sched, prober_sched = (_schedstat_pair(raw.get(key)) for key in ("loop_sched", "prober_sched"))
             probes.append(Probe(float(raw["start"]), float(raw["end"]), float(raw["ms"]), int(raw["status"]),
-                                raw.get("error"), sched))
+                                raw.get("error"), sched, prober_sched))
         except (ValueError, KeyError, TypeError) as err:
             # The prober may be killed mid-line; only the last line may be partial.
             if number == len(lines):
@@ -134,32 +138,46 @@ def request_stats(probes: list[Probe], sent: float, done: float, prompt_tokens: 
 
 @dataclass(frozen=True)
 class ProbeSplit:
-    """One probe's latency split by the loop thread's schedstat.
+    """One probe's latency split by the loop thread's and the prober's schedstat.
 
-    runqueue_ms: the loop thread was runnable but another task had the CPU (host CPU
-    starvation, not the engine's doing); remainder_ms = ms - runqueue_ms: the design's own
+    runqueue_ms: the loop thread was runnable but another task had the CPU; prober_runqueue_ms:
+    the same for the prober's thread (sending the request or reading the answer). Both are host
+    CPU starvation, not the engine's doing. remainder_ms = ms - both waits: the design's own
     delay (the loop running other work, or waiting for the GIL or I/O); loop_cpu_ms: how long
-    the loop thread ran. The kernel adds a wait to the runqueue field when the wait ends, so a
-    wait that began before the probe counts whole: runqueue_ms is capped at the probe's
-    latency. None when the probe has no schedstat samples.
+    the loop thread ran. The phases of a probe run one after the other (prober sends, loop
+    answers, prober reads), so the two waits add. The kernel adds a wait to the runqueue field
+    when the wait ends, so a wait that began before the probe counts whole: the waits are
+    capped at the probe's latency. None when the probe has no schedstat samples (the prober's
+    wait: 0 for runs that did not record it).
     """
 
     ms: float
     runqueue_ms: float | None
     loop_cpu_ms: float | None
     remainder_ms: float | None
+    prober_runqueue_ms: float | None = None
+
+
+def _deltas(probe: Probe, pair: tuple[Schedstat, Schedstat], what: str) -> tuple[float, float]:
+    """(CPU ms, runqueue-wait ms) between the two samples of `pair`."""
+    (cpu0, wait0, _), (cpu1, wait1, _) = pair
+    if cpu1 < cpu0 or wait1 < wait0:
+        raise ResultsError(f"probe at {probe.start:.3f}: {what} schedstat went backwards {pair}"
+                           " (not the same thread?)")
+    return (cpu1 - cpu0) / 1e6, (wait1 - wait0) / 1e6
 
 
 def split_probe(probe: Probe) -> ProbeSplit:
     if probe.loop_sched is None:
         return ProbeSplit(round(probe.ms, 1), None, None, None)
-    (cpu0, wait0, _), (cpu1, wait1, _) = probe.loop_sched
-    if cpu1 < cpu0 or wait1 < wait0:
-        raise ResultsError(f"probe at {probe.start:.3f}: schedstat went backwards {probe.loop_sched}"
-                           " (not the same thread?)")
-    runqueue = min((wait1 - wait0) / 1e6, probe.ms)
-    return ProbeSplit(round(probe.ms, 1), round(runqueue, 1), round((cpu1 - cpu0) / 1e6, 1),
-                      round(probe.ms - runqueue, 1))
+    loop_cpu, loop_wait = _deltas(probe, probe.loop_sched, "loop")
+    runqueue = min(loop_wait, probe.ms)
+    prober_wait = 0.0
+    if probe.prober_sched is not None:
+        prober_wait = min(_deltas(probe, probe.prober_sched, "prober")[1], probe.ms - runqueue)
+    return ProbeSplit(round(probe.ms, 1), round(runqueue, 1), round(loop_cpu, 1),
+                      round(probe.ms - runqueue - prober_wait, 1),
+                      round(prober_wait, 1) if probe.prober_sched is not None else None)
 
 
 WORST_SPLIT = 3  # worst probes split per window

@@ -5,12 +5,15 @@ liveness probe: a new TCP connection per probe, probes never overlap, and a prob
 still waiting when the next one is due delays it (the next starts when it returns). Each line:
 
     {"start": <monotonic s>, "end": <monotonic s>, "ms": <latency>, "status": <HTTP status or 0>,
-     "error": <str or null>, "loop_sched": [[cpu_ns, runqueue_ns, slices], [...]] or null}
+     "error": <str or null>, "loop_sched": [[cpu_ns, runqueue_ns, slices], [...]] or null,
+     "prober_sched": [[cpu_ns, runqueue_ns, slices], [...]] or null}
 
 With --loop-pid, "loop_sched" is the server's event-loop thread's /proc/<pid>/task/<pid>/schedstat
 (its main thread runs uvicorn's loop) read just before and just after the probe: the growth of
 the runqueue field is time the loop was runnable but had no CPU (lab/results.py splits it off);
-null when it could not be read (the server gone).
+null when it could not be read (the server gone). "prober_sched" is the prober's own thread's
+schedstat around the same probe: a probe can also wait because the prober itself had no CPU
+(sending the request or reading the answer), which is the host's doing as much as the loop's wait.
 
 CLOCK_MONOTONIC is shared by all processes of the machine/container, so the session lines
 probes up with its own request timestamps. SIGTERM stops it after flushing.
@@ -46,9 +49,14 @@ def read_schedstat(path: Path) -> list[int] | None:
         return None
 
 
+# This thread's own schedstat (the prober is single-threaded).
+OWN_SCHEDSTAT = Path("/proc/thread-self/schedstat")
+
+
 def probe_once(host: str, port: int, timeout_s: float, schedstat: Path | None = None) -> dict:
     # Read outside the timed window, so the probe's latency does not include the reads.
     before = read_schedstat(schedstat) if schedstat else None
+    own_before = read_schedstat(OWN_SCHEDSTAT) if schedstat else None
     start = time.monotonic()
     status, error = 0, None
     conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
@@ -64,8 +72,10 @@ def probe_once(host: str, port: int, timeout_s: float, schedstat: Path | None = 
     end = time.monotonic()
     sample = {"start": start, "end": end, "ms": (end - start) * 1000.0, "status": status, "error": error}
     if schedstat is not None:
+        own_after = read_schedstat(OWN_SCHEDSTAT)
         after = read_schedstat(schedstat)
         sample["loop_sched"] = [before, after] if before and after else None
+        sample["prober_sched"] = [own_before, own_after] if own_before and own_after else None
     return sample
 
 

@@ -188,6 +188,21 @@ def test_a_wait_that_began_before_the_probe_is_capped_at_its_latency():
     assert results.split_probe(probe) == results.ProbeSplit(50.0, 50.0, 1.0, 0.0)
 
 
+def test_the_probers_own_wait_is_split_off_too():
+    # Loop idle in epoll (1 ms on CPU, no wait) while the prober waited 50 ms for a CPU: 60 ms of
+    # /health, 10 ms of it the design's.
+    probe = Probe(10.0, 10.060, 60.0, 200, loop_sched=((0, 0, 1), (1_000_000, 0, 2)),
+                  prober_sched=((0, 0, 1), (2_000_000, 50_000_000, 3)))
+    assert results.split_probe(probe) == results.ProbeSplit(60.0, 0.0, 1.0, 10.0, 50.0)
+    # Both capped: the two waits never exceed the probe.
+    probe = Probe(10.0, 10.050, 50.0, 200, loop_sched=((0, 0, 1), (0, 30_000_000, 2)),
+                  prober_sched=((0, 0, 1), (0, 40_000_000, 2)))
+    assert results.split_probe(probe) == results.ProbeSplit(50.0, 30.0, 0.0, 0.0, 20.0)
+    with pytest.raises(results.ResultsError, match="prober schedstat went backwards"):
+        results.split_probe(Probe(1.0, 1.2, 200.0, 200, loop_sched=((0, 0, 1), (0, 0, 1)),
+                                  prober_sched=((5, 5, 1), (5, 4, 1))))
+
+
 def test_a_probe_without_samples_is_not_split():
     assert results.split_probe(Probe(1.0, 1.2, 200.0, 200)) == results.ProbeSplit(200.0, None, None, None)
     with pytest.raises(results.ResultsError, match="backwards"):
@@ -208,16 +223,16 @@ def test_worst_probes_from_files_with_the_mixed_phase(tmp_path: Path):
         "mixed": {"start": 99.0, "end": 101.0, "probe_file": "probes.jsonl"}}))
     worst = results.arm_worst_probes(tmp_path)
     assert worst["chat_4.7MB"] == {"probes": 2, "sampled": 1, "worst": [
-        {"ms": 100.0, "runqueue_ms": 40.0, "loop_cpu_ms": 60.0, "remainder_ms": 60.0},
-        {"ms": 10.0, "runqueue_ms": None, "loop_cpu_ms": None, "remainder_ms": None}]}
+        {"ms": 100.0, "runqueue_ms": 40.0, "loop_cpu_ms": 60.0, "remainder_ms": 60.0, "prober_runqueue_ms": None},
+        {"ms": 10.0, "runqueue_ms": None, "loop_cpu_ms": None, "remainder_ms": None, "prober_runqueue_ms": None}]}
     assert (worst["mixed"]["probes"], worst["mixed"]["sampled"]) == (3, 2)
 
     summary = results.combine({"stock": {"chat_4.7MB": _stats(4000.0)}, "v3": {"chat_4.7MB": _stats(100.0)}})
     summary["worst_probes"] = {"stock": worst, "v3": worst}
     results.validate(summary)
     table = report.worst_probes_table(summary["worst_probes"], ("stock", "v3"))
-    assert "| chat_4.7MB | v3 | 1 | 100 ms | 40 ms | 60 ms | 60 ms | 1 / 2 |" in table
-    assert "| mixed | stock | 3 | 2.0 ms | 0.0 ms | 2.0 ms | 1.0 ms | 2 / 3 |" in table
+    assert "| chat_4.7MB | v3 | 1 | 100 ms | 40 ms | - | 60 ms | 60 ms | 1 / 2 |" in table
+    assert "| mixed | stock | 3 | 2.0 ms | 0.0 ms | - | 2.0 ms | 1.0 ms | 2 / 3 |" in table
 
     summary["worst_probes"]["v3"]["chat_4.7MB"]["worst"][0]["runqueue_ms"] = 40
     with pytest.raises(results.ResultsError, match="runqueue_ms"):
