@@ -46,7 +46,6 @@ KNOWN = {
     # The build wing's own cross-arrows: the OCI and release rules name the recipes' locks and
     # records, the patch tooling's tests run on the real series, the remote-execution image is
     # built from the pin table and the Debian roots.
-    ("third_party/python/BUILD.bazel", "tools"),
     ("pins/BUILD.bazel", "patches"),
     ("pins/repository_locations.bzl", "recipes"),
     ("tools/ci/BUILD.bazel", "pins"),

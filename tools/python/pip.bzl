@@ -7,7 +7,7 @@ def pip_parse(name, requirements_lock, **kwargs):
 
     Args:
       name: repository name.
-      requirements_lock: label of a lock written by //third_party/python:lock.
+      requirements_lock: label of a lock written by //tools/python:lock.
       **kwargs: extract (default True), python_interpreter, quiet, timeout.
     """
     _pip_repository(name = name, requirements_lock = requirements_lock, **kwargs)

@@ -19,7 +19,7 @@ _WHEEL_GRAPH = Label("//tools/python/private:wheel_graph.py")
 # machine's CA store themselves (pins/resolve.py: SSL_CERT_FILE; docs/decisions.md).
 _CA_BUNDLE = "cacert.pem"
 
-_LOCK_HINT = "regenerate it with `./tools/bazel run //third_party/python:lock -- {lock}`"
+_LOCK_HINT = "regenerate it with `./tools/bazel run //tools/python:lock -- {lock}`"
 
 def _url_basename(url):
     name = url.split("#")[0].split("?")[0].rsplit("/", 1)[-1]
@@ -178,7 +178,7 @@ _PACKAGES = {packages}
 def requirement(name):
     key = normalize(name)
     if key not in _PACKAGES:
-        fail("{{}} is not in {lock}: add it to its .in file and run `./tools/bazel run //third_party/python:lock -- {short}`".format(name))
+        fail("{{}} is not in {lock}: add it to its .in file and run `./tools/bazel run //tools/python:lock -- {short}`".format(name))
     return "@{repo}//:" + key
 
 all_requirements = ["@{repo}//:" + p for p in _PACKAGES]

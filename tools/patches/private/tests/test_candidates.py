@@ -29,7 +29,7 @@ def test_candidate_rows_agree_with_their_cpu_base_locks() -> None:
         assert m, f"{lock}: no sglang entry"
         assert (m["version"], m["url"], m["sha"]) == (version, row["url"], row["sha256"]), (
             f"pins/repository_locations.bzl sglang_src_{version.replace('.', '_')} and {lock} disagree on the sglang wheel: "
-            f"fix the row or relock with `./tools/bazel run //third_party/python:lock -- {lock.stem}`"
+            f"fix the row or relock with `./tools/bazel run //tools/python:lock -- {lock.stem}`"
         )
         checked += 1
     assert checked, "no candidate names a CPU lock"

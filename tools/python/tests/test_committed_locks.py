@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent.parent
+# //third_party/python:lock_files, in the runfiles (the test runs at their root).
+HERE = Path("third_party/python")
 LOCKS = ("tools", "sglang_cpu", "sglang_cpu_0_5_23")
 CPU_LOCKS = ("sglang_cpu", "sglang_cpu_0_5_23")
 ENTRY = re.compile(r"^# url: (?P<url>\S+)\n(?P<name>[a-z0-9][a-z0-9._-]*)==(?P<version>\S+) --hash=sha256:(?P<sha>[0-9a-f]{64})$", re.M)
@@ -49,7 +50,7 @@ def test_in_file_pins_are_what_the_lock_holds(lock: str) -> None:
             if version:
                 assert entries[key]["version"] == version, (
                     f"{in_file.name} pins {name}=={version} but {lock}.lock has {entries[key]['version']}; "
-                    f"run `./tools/bazel run //third_party/python:lock -- {lock} --upgrade-package {key}`"
+                    f"run `./tools/bazel run //tools/python:lock -- {lock} --upgrade-package {key}`"
                 )
 
 
@@ -73,7 +74,7 @@ def test_urls_are_public_and_mirrors_hold_the_same_file(lock: str) -> None:
     for name, match in _entries(lock).items():
         assert match["url"].startswith("https://"), (
             f"{lock}.lock: {name} points at {match['url']}, not a public index: add `# lock-index: {name} "
-            f"<index URL>` to {lock}.in and run `./tools/bazel run //third_party/python:lock -- {lock}`"
+            f"<index URL>` to {lock}.in and run `./tools/bazel run //tools/python:lock -- {lock}`"
         )
     mirrors: list[str] = []
     for line in (HERE / f"{lock}.lock").read_text().splitlines():
