@@ -48,8 +48,6 @@ KNOWN = {
     # built from the pin table and the Debian roots.
     ("pins/BUILD.bazel", "patches"),
     ("pins/repository_locations.bzl", "recipes"),
-    ("tools/ci/BUILD.bazel", "pins"),
-    ("tools/ci/ca_bundle_test.py", "pins"),
     ("tools/patches/private/tests/BUILD.bazel", "patches"),
     ("tools/podman/BUILD.bazel", "patches"),
     ("tools/python/BUILD.bazel", "recipes"),
