@@ -46,10 +46,7 @@ KNOWN = {
     # The build wing's own cross-arrows: the OCI and release rules name the recipes' locks and
     # records, the patch tooling's tests run on the real series, the remote-execution image is
     # built from the pin table and the Debian roots.
-    ("pins/BUILD.bazel", "patches"),
     ("pins/repository_locations.bzl", "recipes"),
-    ("tools/patches/private/tests/BUILD.bazel", "patches"),
-    ("tools/podman/BUILD.bazel", "patches"),
     ("tools/python/BUILD.bazel", "recipes"),
     ("tools/release/defs.bzl", "recipes"),
     ("tools/release/private/release.bzl", "recipes"),
