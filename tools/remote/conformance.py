@@ -59,6 +59,7 @@ DEFAULT_TARGETS = (
     "//recipes:glm53_v3",
     "//pins:table_test",
     "//pins:ca_bundle_test",
+    "//recipes/bases:toolchain_test",
     "//deploy/compose_gen/...",
     "//deploy/validators:structure_test",
     "//deploy/validators:services_test",
