@@ -47,8 +47,6 @@ KNOWN = {
     # records, the patch tooling's tests run on the real series, the remote-execution image is
     # built from the pin table and the Debian roots.
     ("pins/repository_locations.bzl", "recipes"),
-    ("tools/release/defs.bzl", "recipes"),
-    ("tools/release/private/release.bzl", "recipes"),
     ("tools/remote/BUILD.bazel", "pins"),
     ("tools/remote/BUILD.bazel", "recipes"),
     ("tools/remote/rbe_platform_test.py", "pins"),

@@ -1,7 +1,8 @@
 """Public API: release targets of an engine image (modeled on rules_oci's oci_push).
 
     load("//tools/release:defs.bzl", "engine_release")
-    engine_release(name = "glm53_v3", chain = "//patches:v3")
+    engine_release(name = "glm53_v3", chain = "//patches:v3", records = "//recipes/releases:records",
+                   locks = ["//recipes/bases:debian.lock", "//third_party/python:sglang_cpu.lock"])
 
 creates, next to the engine_image `glm53_v3`:
   glm53_v3.release_facts       build: facts a release record states (cross-checked)
@@ -30,22 +31,19 @@ load(
 release_facts = _release_facts
 image_evidence = _image_evidence
 
-DEFAULT_LOCKS = [
-    "//recipes/bases:debian.lock",
-    "//third_party/python:sglang_cpu.lock",
-]
-
 # Committed on purpose and clearly marked: see tools/release/testdata/README.md.
 TEST_SIGNING_KEY = "//tools/release:testdata/TEST-ONLY-ed25519.pem"
 
-def engine_release(name, chain, image = None, locks = DEFAULT_LOCKS, key = TEST_SIGNING_KEY, visibility = None, tags = []):
+def engine_release(name, chain, records, locks, image = None, key = TEST_SIGNING_KEY, visibility = None, tags = []):
     """Release, push, record-check and evidence targets for the engine_image `image`.
 
     Args:
       name: the engine_image's name (glm53_v3); targets are named after it.
       chain: the image's patch_chain (for the fingerprint and provenance).
-      image: the engine_image label (default ":" + name).
+      records: the committed release records (a filegroup; the record test looks for
+        <name>.json among them, in their package's directory).
       locks: lock files listed as provenance materials.
+      image: the engine_image label (default ":" + name).
       key: ed25519 private key (PEM) the evidence is signed with at build time.
       visibility: visibility of the targets.
       tags: extra tags.
@@ -68,6 +66,7 @@ def engine_release(name, chain, image = None, locks = DEFAULT_LOCKS, key = TEST_
         facts = ":" + facts,
         chain = chain,
         record_name = name + ".json",
+        records = records,
         size = "small",
         visibility = visibility,
         tags = tags,

@@ -99,7 +99,7 @@ def _record_test_impl(ctx):
     matches = [f for f in ctx.files.records if f.basename == name]
 
     # A missing record is reported by the test itself (with the command that creates it).
-    record_path = matches[0].short_path if matches else "recipes/releases/" + name
+    record_path = matches[0].short_path if matches else ctx.attr.records.label.package + "/" + name
     args = ["check", "--facts", ctx.file.facts.short_path, "--record", record_path, "--declaration", chain.declaration.short_path]
     if ctx.attr.base_strict:
         args.append("--base-strict")
@@ -112,7 +112,7 @@ release_record_test = rule(
     attrs = {
         "facts": attr.label(allow_single_file = True, mandatory = True),
         "chain": attr.label(providers = [PatchChainInfo], mandatory = True),
-        "records": attr.label(default = "//recipes/releases:records", allow_files = True),
+        "records": attr.label(allow_files = True, mandatory = True, doc = "the committed records (a filegroup in the records' directory)"),
         "record_name": attr.string(mandatory = True),
         "base_strict": attr.bool(default = False),
         "_record": attr.label(default = "//tools/release:record", executable = True, cfg = "target"),
@@ -170,7 +170,7 @@ image_evidence = rule(
         "image": attr.label(providers = [OciImageInfo], mandatory = True, aspects = [layer_sbom_aspect]),
         "chain": attr.label(providers = [PatchChainInfo], mandatory = True),
         "facts": attr.label(allow_single_file = True, mandatory = True),
-        "locks": attr.label_list(allow_files = True),
+        "locks": attr.label_list(allow_files = True, mandatory = True, doc = "lock files, listed as provenance materials"),
         "key": attr.label(allow_single_file = True, mandatory = True),
         "_evidence": attr.label(default = "//tools/release:evidence", executable = True, cfg = "exec"),
         "_layer_sbom": attr.label(default = "//tools/release:layer_sbom", executable = True, cfg = "exec"),
