@@ -45,8 +45,8 @@ def _unpinned_image_impl(rctx):
 _unpinned_image = repository_rule(implementation = _unpinned_image_impl)
 
 def pin_sglang_candidates():
-    """The bump check's table, {version: {wheel, url, sha256, cpu_base, cpu_lock}}, of the
-    sglang_candidate rows; an UNRESOLVED cpu_base/cpu_lock (no CPU base for that release) is None."""
+    """{version: {wheel, url, sha256}} of the sglang_candidate rows (the bump check's candidates;
+    patches/candidates.bzl adds the CPU base each one's stock tests run on)."""
     out = {}
     for name in sorted(PINS.keys()):
         row = PINS[name]
@@ -57,8 +57,6 @@ def pin_sglang_candidates():
             "wheel": url.rsplit("/", 1)[-1],
             "url": url,
             "sha256": row["sha256"],
-            "cpu_base": None if row["cpu_base"] == UNRESOLVED else row["cpu_base"],
-            "cpu_lock": None if row["cpu_lock"] == UNRESOLVED else row["cpu_lock"],
         }
     return out
 

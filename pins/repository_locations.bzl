@@ -132,8 +132,6 @@ PINS = {
         "intended": "0.5.23",
         "urls": ["https://files.pythonhosted.org/packages/57/dd/0206d00b2ea5b163bbdd216e91cc4f23ea90fde8620db0a6272d4236b68e/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl"],
         "sha256": "00b3cd5b265ac76c64185fbb6b95424f324ddd9f428d0306b77bc9db9d859937",
-        "cpu_base": "//recipes/bases:sglang_cpu_0_5_23",
-        "cpu_lock": "//third_party/python:sglang_cpu_0_5_23.lock",
         "provenance": {
             "resolved_at": "2026-12-01T09:41:42Z",
             "command": "sha256 of the file at the URL, as fetched and verified by Bazel's http_archive",

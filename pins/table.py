@@ -31,7 +31,6 @@ RESOLVE_COMMAND = "bazel run //pins:resolve -- {name}"
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 VERSION_RE = re.compile(r"[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc|\.post)[0-9]+)?")
-LABEL_RE = re.compile(r"//[a-z0-9_/.-]*:[A-Za-z0-9_.-]+")
 TIME_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$")
 
 KINDS = ("image", "hf_model", "hf_file", "http_archive", "sglang_candidate")
@@ -42,8 +41,8 @@ KIND_FIELDS = {
     "hf_file": ("repository", "path", "intended", "revision", "sha256"),
     "http_archive": ("intended", "urls", "strip_prefix", "sha256"),
     # An SGLang release the patch series may move to (`bazel run //patches:bump_check -- --to V`):
-    # its cp311 wheel, and the CPU base image and lock its stock tests run on (labels).
-    "sglang_candidate": ("intended", "urls", "sha256", "cpu_base", "cpu_lock"),
+    # its cp311 wheel (the CPU base its stock tests run on: patches/candidates.bzl).
+    "sglang_candidate": ("intended", "urls", "sha256"),
 }
 VALUE_FIELDS = {
     "image": ("digest",),
@@ -53,7 +52,7 @@ VALUE_FIELDS = {
     "sglang_candidate": ("sha256",),
 }
 FIELD_ORDER = ("kind", "description", "repository", "path", "intended", "urls", "strip_prefix",
-               "digest", "revision", "sha256", "cpu_base", "cpu_lock", "provenance")
+               "digest", "revision", "sha256", "provenance")
 
 
 class PinError(Exception):
@@ -80,8 +79,6 @@ class Pin:
     digest: str | None = None
     revision: str | None = None
     sha256: str | None = None
-    cpu_base: str | None = None  # sglang_candidate: image label, or UNRESOLVED when there is none
-    cpu_lock: str | None = None  # sglang_candidate: the lock file label of that base
     provenance: Provenance | None = None
     unresolved: str = field(default="", repr=False, compare=False)
 
@@ -231,10 +228,6 @@ def _check_pin(pin: Pin, where: str) -> Pin:
                 or not pin.urls[0].rsplit("/", 1)[1].startswith(f"sglang-{pin.intended}-"):
             raise PinError(f"{row}: urls must be the one https:// URL of the sglang-{pin.intended} wheel")
         check("sha256", pin.sha256, SHA256_RE, "64 hex (Bazel cannot fetch the wheel without it)", False)
-        check("cpu_base", pin.cpu_base, LABEL_RE, "an image label (//package:name)")
-        check("cpu_lock", pin.cpu_lock, LABEL_RE, "a lock file label (//package:name)")
-        if (pin.cpu_base == sentinel) != (pin.cpu_lock == sentinel):
-            raise PinError(f"{row}: cpu_base and cpu_lock are known together (the lock the base installs)")
     else:
         if not pin.urls or not all(isinstance(u, str) and u.startswith("https://") for u in pin.urls):
             raise PinError(f"{row}: urls must be a non-empty list of https:// URLs")

@@ -50,10 +50,6 @@ def _replace(old: str, new: str, tmp_path: Path) -> Path:
     ('PINS = {', 'PINS = dict(', "line"),
     # sglang_candidate rows: the bump check's candidate releases
     ('"sglang_src_0_5_23": {', '"sglang_src_0_5_24": {', "is named sglang_src_<version with _>"),
-    ('"cpu_base": "//recipes/bases:sglang_cpu_0_5_23",', '"cpu_base": "sglang_cpu_0_5_23",',
-     "cpu_base = 'sglang_cpu_0_5_23' is not an image label (//package:name) or UNRESOLVED"),
-    ('"cpu_base": "//recipes/bases:sglang_cpu_0_5_23",', '"cpu_base": UNRESOLVED,',
-     "cpu_base and cpu_lock are known together"),
     ('"sha256": "00b3cd5b', '"sha256": "00b3cd5B', "is not 64 hex (Bazel cannot fetch the wheel without it)"),
 ])
 def test_bad_tables_are_refused_naming_the_row(tmp_path, old, new, message) -> None:
@@ -80,13 +76,3 @@ def test_two_rows_for_one_image_repository(tmp_path) -> None:
     path = _replace('"repository": "docker.io/curlimages/curl",', '"repository": "docker.io/library/alpine",', tmp_path)
     with pytest.raises(table.PinError, match="pins alpine and curl both name docker.io/library/alpine"):
         table.load(path)
-
-
-def test_a_candidate_without_a_cpu_base_is_unresolved_there(tmp_path) -> None:
-    text = COMMITTED.read_text()
-    for key in ("cpu_base", "cpu_lock"):
-        start = text.index(f'        "{key}": "//', text.index('"sglang_src_0_5_23": {'))
-        text = text[:start] + f'        "{key}": UNRESOLVED,' + text[text.index("\n", start):]
-    pin = table.load(_write(tmp_path, text)).pins["sglang_src_0_5_23"]
-    assert pin.resolved and pin.cpu_base == pin.cpu_lock == pin.unresolved
-    assert table.render(table.load(tmp_path / "repository_locations.bzl")) == text

@@ -28,15 +28,16 @@ RANKS = {
     "third_party": 0,
     "tools": 1,
     "pins": 2,
-    "patches": 3,
-    "recipes": 4,
-    "lab": 5,
-    "generators": 5,  # the generator's tables and assets (data only)
-    "deploy": 6,  # the release-record reader, the deployability gate
-    "deploy/compose_gen": 7,
-    "compose": 8,  # the committed compose files and their entry points
-    "deploy/validators": 9,
-    "deploy/rollout": 10,
+    "recipes/bases": 3,  # the CPU-test bases: the patches' stock tests and bump check run on them
+    "patches": 4,
+    "recipes": 5,
+    "lab": 6,
+    "generators": 6,  # the generator's tables and assets (data only)
+    "deploy": 7,  # the release-record reader, the deployability gate
+    "deploy/compose_gen": 8,
+    "compose": 9,  # the committed compose files and their entry points
+    "deploy/validators": 10,
+    "deploy/rollout": 11,
 }
 # Pairs of areas that may not use each other whatever their rank.
 APART = {("lab", "deploy"), ("lab", "compose")}
@@ -46,11 +47,9 @@ KNOWN = {
     # The build wing's own cross-arrows: the OCI and release rules name the recipes' locks and
     # records, the patch tooling's tests run on the real series, the remote-execution image is
     # built from the pin table and the Debian roots.
-    ("pins/repository_locations.bzl", "recipes"),
     ("tools/remote/BUILD.bazel", "pins"),
-    ("tools/remote/BUILD.bazel", "recipes"),
+    ("tools/remote/BUILD.bazel", "recipes/bases"),
     ("tools/remote/rbe_platform_test.py", "pins"),
-    ("patches/BUILD.bazel", "recipes"),
     # The rehearsal runs the lab's fake-scheduler SGLang server as its engines (test data), and
     # the drain reads /metrics with the lab's parser (lab/in_container/metrics_text.py, which also
     # runs inside the lab's images; moving it down needs both stagings changed and rerun).

@@ -20,8 +20,8 @@ def patch_bump_check(name, candidates, series, series_files, tests, patch_tests,
 
     Args:
       name: target name.
-      candidates: the candidate table (//pins:defs.bzl pin_sglang_candidates()): version -> {wheel, url, sha256,
-        cpu_base (image label or None), ...}; each has a source repository @sglang_src_<v>.
+      candidates: the candidate table: version -> {wheel, url, sha256, cpu_base (image label or
+        None), cpu_lock}; each has a source repository @sglang_src_<v>.
       series: leaf series names to check (each with its ancestors), e.g. ["v3"].
       series_files: a filegroup of every series.json and .diff the series need.
       tests: filegroups holding every file of the series' tests (conftests, helpers too).

@@ -1,4 +1,4 @@
-"""Each sglang_candidate pin (pins/repository_locations.bzl) names the wheel its CPU base's lock installs."""
+"""Each candidate's pinned wheel (pins/repository_locations.bzl) is the one its CPU base's lock installs."""
 
 from __future__ import annotations
 
