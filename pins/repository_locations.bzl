@@ -95,14 +95,14 @@ PINS = {
     },
     "rbe_image": {
         "kind": "image",
-        "description": "Container image of the remote-execution platform: the CPU base's Debian 12 closure (CPython 3.11) plus bash, coreutils, findutils, grep and sed, built by //tools/remote:exec_image",
+        "description": "Container image of the remote-execution platform: the CPU base's Debian 12 closure (CPython 3.11) plus bash, coreutils, findutils, grep and sed, built in this repository (exec_image of tools/remote/BUILD.bazel)",
         "repository": "docker.io/nearai/sglang-glm53-rbe",
         "intended": "bookworm-py3.11",
         "digest": "sha256:d7c59b0a6c32db56d667960fb47270852098650747becd53436e2f8a5f190fa7",
         "provenance": {
             "resolved_at": "2026-12-01T12:44:38Z",
             "command": "bazel build //tools/remote:exec_image (the built manifest digest; //tools/remote:rbe_platform_test keeps it equal)",
-            "source": "//tools/remote:exec_image",
+            "source": "bazel-bin/tools/remote/exec_image.digest",
         },
     },
     "sglang_prod_base": {

@@ -30,6 +30,7 @@ RANKS = {
     "pins": 2,
     "recipes/bases": 3,  # the CPU-test bases: the patches' stock tests and bump check run on them
     "patches": 4,
+    "tools/remote": 4,  # the remote-execution image (the CPU base's Debian roots) and its pinned platform
     "recipes": 5,
     "lab": 6,
     "generators": 6,  # the generator's tables and assets (data only)
@@ -47,9 +48,6 @@ KNOWN = {
     # The build wing's own cross-arrows: the OCI and release rules name the recipes' locks and
     # records, the patch tooling's tests run on the real series, the remote-execution image is
     # built from the pin table and the Debian roots.
-    ("tools/remote/BUILD.bazel", "pins"),
-    ("tools/remote/BUILD.bazel", "recipes/bases"),
-    ("tools/remote/rbe_platform_test.py", "pins"),
     # The rehearsal runs the lab's fake-scheduler SGLang server as its engines (test data), and
     # the drain reads /metrics with the lab's parser (lab/in_container/metrics_text.py, which also
     # runs inside the lab's images; moving it down needs both stagings changed and rerun).
