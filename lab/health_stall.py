@@ -50,10 +50,14 @@ from tools.oci.ocilayout import LayoutError, find_layout, parse_blob_args, read_
 from tools.podman.spec import Mount, default_cache_root
 
 IN_CONTAINER = Path(__file__).resolve().parent / "in_container"
+# The fake scheduler, the model directories and the /metrics parser, shared with the rollout
+# rehearsal (a data dependency of the binary: //tools/sglang_server:in_container): staged into the
+# same directory, so the in-container modules import one another by name.
+SGLANG_SERVER_FILES = Path(__file__).resolve().parent.parent / "tools" / "sglang_server" / "in_container"
 # Staged beside the in_container files (a data dependency of the binary: //patches:v3/tests/...),
 # so model_dir.py imports it in every arm's image, not only in v3's, which also carries it.
 GLM_TOKENIZER = Path("patches/v3/tests/glm_tokenizer.py")
-TOKENIZERS = ("glm", "small")  # in_container/model_dir.py TOKENIZERS; glm is the default
+TOKENIZERS = ("glm", "small")  # model_dir.py TOKENIZERS; glm is the default
 BASELINE = "stock"  # the arm whose prompts the others are compared with
 FULL_REQUESTS = ["chat_4.7MB", "generate_5MB", "small_chat_during_5MB", "multimodal_64x9MP", "multimodal_16x48MP"]
 LAB_DIR, MODEL_DIR, VISION_MODEL_DIR, OUT_DIR = "/lab", "/model", "/vision-model", "/out"
@@ -87,9 +91,11 @@ def glm_tokenizer_file() -> Path:
 
 
 def _stage_lab_files(dest: Path) -> Path:
-    """Copies lab/in_container and glm_tokenizer.py (dereferencing Bazel's runfiles symlinks) for a
-    read-only mount."""
-    shutil.copytree(IN_CONTAINER, dest, symlinks=False, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    """Copies lab/in_container, tools/sglang_server/in_container and glm_tokenizer.py
+    (dereferencing Bazel's runfiles symlinks) into one directory for a read-only mount."""
+    for source in (IN_CONTAINER, SGLANG_SERVER_FILES):
+        shutil.copytree(source, dest, symlinks=False, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copyfile(glm_tokenizer_file(), dest / GLM_TOKENIZER.name)
     return dest
 

@@ -1,7 +1,7 @@
 """The v3 engine's offload counters per phase, from the /metrics scrapes in session.json.
 
 session.py scrapes each server's /metrics after its warm-up and after each phase
-(in_container/metrics_text.py parses them); a phase's record holds the scrape before and after
+(tools/sglang_server/in_container/metrics_text.py parses them); a phase's record holds the scrape before and after
 it and how many of its prompts were large. Here each phase becomes the counters' deltas:
 
     {"metrics_enabled": bool, "reason": str | None,

@@ -9,8 +9,8 @@ learns that a request sent through the proxy was served by this replica and not 
 from __future__ import annotations
 
 
-from lab.in_container import metrics_text
 from deploy.rollout.http_call import http_request
+from tools.sglang_server.in_container import metrics_text
 
 IN_FLIGHT_GAUGES = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
 SERVED_COUNTER = ("sglang:num_requests_total",)

@@ -236,8 +236,9 @@ class Stack:
         log(f"image v3: {self.pulled_ref} (in the registry only, not in podman)")
         _, support_ref, support_id = _load_image(self.config, os.environ["REHEARSAL_IMAGE_BASE"])
         log(f"stand-in image (project CPU base): {support_ref} (id {support_id[:12]})")
-        lab_dir, support_dir = self.tmp / "lab", self.tmp / "support"
-        for src, dest in ((RUNFILES / "lab" / "in_container", lab_dir), (RUNFILES / "deploy" / "rollout" / "in_container", support_dir)):
+        server_dir, support_dir = self.tmp / "sglang_server", self.tmp / "support"
+        for src, dest in ((RUNFILES / "tools" / "sglang_server" / "in_container", server_dir),
+                          (RUNFILES / "deploy" / "rollout" / "in_container", support_dir)):
             shutil.rmtree(dest, ignore_errors=True)
             shutil.copytree(src, dest, symlinks=False, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         subnet = _free_subnet(os.getpid())
@@ -250,7 +251,7 @@ class Stack:
             source = self.tmp / f"{revision}.source.yaml"
             source.write_text(texts[revision])
             model = Compose(binary=self.compose_bin, file=source, project=self.project, profiles=("*",)).model()
-            rehearsal = rehearsal_model(model, engine_images, support_ref, str(lab_dir), str(support_dir), subnet,
+            rehearsal = rehearsal_model(model, engine_images, support_ref, str(server_dir), str(support_dir), subnet,
                                         self.port, broken)
             self.files[revision] = self.tmp / f"rev-{revision}.yaml"
             self.files[revision].write_text(json.dumps(rehearsal.model, indent=1, sort_keys=True) + "\n")

@@ -4,12 +4,12 @@ Kept, as the revision has them: the engines (role `engine`) with their container
 restart policy, init, stop grace period, depends_on and named volumes; the model downloader
 they wait for; nginx and the inference proxy on the path a request takes. Changed:
 
-* engines run the lab's real SGLang HTTP server with the fake scheduler plugin on a tiny model
-  (lab/in_container) with `--enable-metrics`, on the image the caller maps their release to
+* engines run the real SGLang HTTP server with the fake scheduler plugin on a tiny model
+  (tools/sglang_server/in_container, shared with the lab) with `--enable-metrics`, on the image the caller maps their release to
   (a local CPU image, or a loopback registry's copy that the rollout must pull); no GPU
   runtime, no device reservations, no `ipc: host`; ulimits the project's podman settings
   allow; the revision's own healthcheck, unchanged;
-* the downloader writes the tiny model (the lab's 8,000-token tokenizer) into the same
+* the downloader writes the tiny model (model_dir.py's small 8,000-token tokenizer) into the same
   `huggingface_cache` volume;
 * nginx and the proxy are stand-ins (in_container/standin.py, with the drain API) on the
   project's CPU base image, routing as the revision says (nginx -> the services it depends on,
@@ -38,7 +38,7 @@ from typing import Any
 from tools.podman.spec import NOFILE, NPROC
 
 INGRESS, PROXY, DOWNLOADER, CHECK = "nginx", "proxy-glm53", "model-downloader", "glm53-perception-check"
-LAB, SUPPORT = "/lab", "/rehearsal"  # read-only mounts: lab/in_container, deploy/rollout/in_container
+SERVER, SUPPORT = "/sglang-server", "/rehearsal"  # read-only: tools/sglang_server/in_container, deploy/rollout/in_container
 MODEL_DIR = "/root/.cache/huggingface/rehearsal-model"
 SERVICE_PORT = 8000
 BROKEN_MODEL_DIR = "/root/.cache/huggingface/no-such-model"
@@ -93,7 +93,7 @@ def _named_volumes(service: dict[str, Any], model: dict[str, Any]) -> list[dict[
             if v.get("type") == "volume" and not (declared.get(v.get("source")) or {}).get("external")]
 
 
-def rehearsal_model(model: dict[str, Any], engine_images: dict[str, str], support_image: str, lab_dir: str,
+def rehearsal_model(model: dict[str, Any], engine_images: dict[str, str], support_image: str, server_dir: str,
                     support_dir: str, subnet: str, ingress_port: int, broken: frozenset[str] = frozenset()) -> Rehearsal:
     """`engine_images` maps each engine's image reference in the revision to the one to run."""
     services = model.get("services") or {}
@@ -106,7 +106,7 @@ def rehearsal_model(model: dict[str, Any], engine_images: dict[str, str], suppor
     addresses = {name: str(network.network_address + 10 + i) for i, name in enumerate(sorted(keep))}
     hosts = [f"{services[n].get('container_name', n)}:{addresses[n]}" for n in sorted(keep)]
     hosts += [f"{n}:{addresses[n]}" for n in sorted(keep) if services[n].get("container_name", n) != n]
-    mounts = [{"type": "bind", "source": lab_dir, "target": LAB, "read_only": True},
+    mounts = [{"type": "bind", "source": server_dir, "target": SERVER, "read_only": True},
               {"type": "bind", "source": support_dir, "target": SUPPORT, "read_only": True}]
     out: dict[str, Any] = {}
 
@@ -127,7 +127,7 @@ def rehearsal_model(model: dict[str, Any], engine_images: dict[str, str], suppor
         ])
         env = dict(service.get("environment") or {})
         env.update({
-            "PYTHONPATH": LAB,
+            "PYTHONPATH": SERVER,
             "SGLANG_PLUGINS": "lab_fake_scheduler",
             "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0",
             # sglang's CPU memory probe runs lscpu, which the images lack; a binding skips it.
@@ -143,8 +143,8 @@ def rehearsal_model(model: dict[str, Any], engine_images: dict[str, str], suppor
 
     downloader = _base(services[DOWNLOADER], support_image, addresses[DOWNLOADER], hosts)
     # The 8,000-token BPE: the rehearsal tests the rollout's order and health gates, not the
-    # tokenizer, and /lab holds no copy of the GLM-class fixture (the lab stages one per run).
-    downloader["command"] = _announced(["python3", f"{LAB}/model_dir.py", "--text", MODEL_DIR, "--tokenizer", "small"])
+    # tokenizer, and SERVER holds no copy of the GLM-class fixture (the lab stages one per run).
+    downloader["command"] = _announced(["python3", f"{SERVER}/model_dir.py", "--text", MODEL_DIR, "--tokenizer", "small"])
     downloader["volumes"] = _named_volumes(services[DOWNLOADER], model) + mounts
     out[DOWNLOADER] = downloader
 

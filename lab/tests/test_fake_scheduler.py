@@ -1,6 +1,7 @@
 """The fake scheduler against the real sglang: ZMQ framing, the reply's fields, the plugin hook.
 
-Runs where sglang imports (the stock CPU image: //lab:fake_scheduler_test; or a venv).
+tools/sglang_server/in_container/fake_scheduler.py. Runs where sglang imports (the stock CPU image:
+//lab:fake_scheduler_test; or a venv).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "in_container"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "sglang_server" / "in_container"))
 
 import fake_scheduler  # noqa: E402
 

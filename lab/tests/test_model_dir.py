@@ -1,4 +1,4 @@
-"""The lab's model directories with the GLM-class tokenizer (in_container/model_dir.py).
+"""The lab's model directories with the GLM-class tokenizer (tools/sglang_server/in_container/model_dir.py).
 
 On the host (no `tokenizers` / `transformers` in the lab's deps) the directory layout is checked
 with a stand-in backend under the real glm_tokenizer.py (its config, template and added tokens);
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 LAB = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(LAB / "in_container"))
+sys.path.insert(0, str(LAB.parent / "tools" / "sglang_server" / "in_container"))
 
 import model_dir  # noqa: E402
 

@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "in_container"))
+# workload.py imports synthetic_text by name, as in the containers, where both directories are
+# staged as one.
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools" / "sglang_server" / "in_container"))
+sys.path.insert(0, str(REPO / "lab" / "in_container"))
 
 import synthetic_text  # noqa: E402
 import workload  # noqa: E402
@@ -110,7 +114,6 @@ def test_prompt_chars_count_the_prompt_text_not_the_body():
 
 
 def test_large_prompts_per_phase():
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "in_container"))
     import session
 
     big, small = workload.chat("big", 1, 300_000), workload.small_chat("small", 2)

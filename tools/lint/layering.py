@@ -8,11 +8,8 @@ The order (README.md "Layout", docs/decisions.md): an area may use an area of lo
 one of its own rank or above (so the generator and the validators stay independent). lab sits
 beside the deploy wing: neither uses the other. A use is a Python `import`/`from` of a
 repository package, or a `//package` label in a BUILD or .bzl file outside comments,
-docstrings and `bazel run|build|test` command texts.
-
-KNOWN lists the arrows that predate this rule (inside the build wing; the rollout rehearsal's
-engine stand-in): the check fails on a new arrow and on a known one that is gone, so the list
-only shrinks.
+docstrings and `bazel run|build|test` command texts. There are no exceptions: code two areas
+share moves down to an area both may use.
 """
 
 from __future__ import annotations
@@ -42,18 +39,6 @@ RANKS = {
 }
 # Pairs of areas that may not use each other whatever their rank.
 APART = {("lab", "deploy"), ("lab", "compose")}
-
-# (file, used area): arrows that predate the rule; each one is a debt, not a permission.
-KNOWN = {
-    # The build wing's own cross-arrows: the OCI and release rules name the recipes' locks and
-    # records, the patch tooling's tests run on the real series, the remote-execution image is
-    # built from the pin table and the Debian roots.
-    # The rehearsal runs the lab's fake-scheduler SGLang server as its engines (test data), and
-    # the drain reads /metrics with the lab's parser (lab/in_container/metrics_text.py, which also
-    # runs inside the lab's images; moving it down needs both stagings changed and rerun).
-    ("deploy/rollout/BUILD.bazel", "lab"),
-    ("deploy/rollout/engine_metrics.py", "lab"),
-}
 
 AREA_PACKAGES = sorted(RANKS, key=len, reverse=True)
 IMPORT_RE = re.compile(r"^\s*(?:from|import)\s+([A-Za-z_][\w.]*)", re.M)
@@ -85,23 +70,19 @@ def uses(path: str, text: str) -> set[str]:
 
 
 def violations(files: dict[str, str]) -> list[str]:
-    """files: repository path -> text. One line per new arrow, and per KNOWN arrow now gone."""
-    out, seen = [], set()
+    """files: repository path -> text. One line per arrow up (or between areas kept apart)."""
+    out = []
     for path, text in sorted(files.items()):
         here = area_of(path)
         if here is None:
             continue
         for used in sorted(uses(path, text) - {here}):
-            seen.add((path, used))
             apart = (here.split("/")[0], used.split("/")[0]) in APART | {(b, a) for a, b in APART}
-            if (apart or RANKS[used] >= RANKS[here]) and (path, used) not in KNOWN:
+            if apart or RANKS[used] >= RANKS[here]:
                 why = "lab and the deploy wing stay apart" if apart else \
                     f"{used} (rank {RANKS[used]}) is not below {here} (rank {RANKS[here]})"
                 out.append(f"{path}: uses {used}: {why}; move the shared code down to an area "
                            "both may use (tools/lint/layering.py RANKS states the order)")
-    for path, used in sorted(KNOWN - seen):
-        out.append(f"{path}: no longer uses {used}: delete the entry from KNOWN in "
-                   "tools/lint/layering.py")
     return out
 
 

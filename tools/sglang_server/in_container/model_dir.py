@@ -81,7 +81,7 @@ def glm_module():
     try:
         import glm_tokenizer
     except ImportError:
-        repo = Path(__file__).resolve().parent.parent.parent / Path(GLM_SOURCE).parent
+        repo = Path(__file__).resolve().parents[3] / Path(GLM_SOURCE).parent
         if not (repo / "glm_tokenizer.py").is_file():
             raise ImportError(f"glm_tokenizer.py is neither beside {__file__} nor in {repo}") from None
         sys.path.insert(0, str(repo))
@@ -122,7 +122,7 @@ def _manifest(out: Path, backend, name: str, seed: int, extra_tokens: list[str])
     """lab_tokenizer.json: what results.json and the report say about the tokenizer."""
     manifest = {
         "name": name,
-        "source": GLM_SOURCE if name == "glm" else "lab/in_container/model_dir.py train_tokenizer",
+        "source": GLM_SOURCE if name == "glm" else "tools/sglang_server/in_container/model_dir.py train_tokenizer",
         "seed": seed,
         "vocab_size": backend.get_vocab_size(with_added_tokens=True),
         "backend_json_bytes": len(backend.to_str().encode("utf-8")),
