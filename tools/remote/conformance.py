@@ -71,6 +71,7 @@ DEFAULT_TARGETS = (
     "//deploy:releases_test",
     "//compose:deployable_test",
     "//lab:unit_test",
+    "//tools/sglang_server:metrics_text_test",
 )
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 TLS_INSTANCE = "glm53-conformance"
