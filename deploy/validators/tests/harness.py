@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from ruamel.yaml import YAML
 
-from deploy.validators.compose_doc import load_compose
+from deploy.validators.compose_doc import load_compose, load_yaml_text
 from deploy.validators.topology import engines
 
 HERE = Path(__file__).resolve().parent
@@ -69,7 +69,10 @@ def run_validator(module: str, *args: str | Path) -> Result:
 
 
 def load(path: Path) -> dict[str, Any]:
-    return YAML(typ="safe", pure=True).load(path.read_text())
+    """The validators' own parse (compose_doc.load_yaml_text): inside the session's
+    `shared_reads()` (conftest.py) each committed file is parsed once per test process, not once
+    per case, and each mutant once however often a case's expectations read it."""
+    return load_yaml_text(path.read_text(), str(path))
 
 
 def dump(doc: dict[str, Any], path: Path) -> None:
