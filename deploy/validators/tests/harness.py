@@ -85,9 +85,9 @@ def run_in_process(main: Callable[[list[str]], int], *args: str | Path) -> Resul
     unchanged; here the session's `shared_reads()` (conftest.py) keeps those. Validators keep no
     other state between runs (no module globals but that scope and `nginx -v`'s answer)."""
     out, err = io.StringIO(), io.StringIO()
-    saved = dict(os.environ)
+    saved, env = dict(os.environ), _cli_env()
     os.environ.clear()
-    os.environ.update(_cli_env())
+    os.environ.update(env)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
