@@ -201,9 +201,13 @@ def _wait_listening(ports: set[int], nginx: subprocess.Popen, error_log: str) ->
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     pending.discard(port)
-        if pending and time.monotonic() > deadline:
+        if not pending:
+            break
+        if time.monotonic() > deadline:
             raise SystemExit(f"nginx did not listen on {sorted(pending)} within {READY_TIMEOUT_S}s")
-        time.sleep(0.05)
+        # nginx listens within milliseconds of its start: a 50 ms step (and a last one after
+        # every port answered) cost each probe 50-100 ms of waiting.
+        time.sleep(0.005)
 
 
 def _client_tls() -> ssl.SSLContext:
