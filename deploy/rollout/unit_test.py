@@ -7,6 +7,7 @@ real local HTTP server standing in for the engine's /health.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -16,10 +17,12 @@ import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from deploy.deployable import Reason
+from deploy.rollout import apply as rollout_apply
 from deploy.rollout import cli
 from deploy.rollout import journal as jr
 from deploy.rollout.apply import Gates, Rollout, StepFailed, http_get
@@ -321,6 +324,23 @@ def test_a_second_rollout_of_the_project_is_refused_naming_the_holder(workspace:
 # -- apply, automatic rollback, journal ------------------------------------------------------------
 
 
+# serve_forever wakes to notice shutdown() every poll_interval (0.5 s by default), so each server
+# a test stopped cost up to half a second of waiting (about 20 s of this target's 40 s). Requests
+# wake it at once either way; the interval only bounds how long shutdown() waits.
+SHUTDOWN_POLL_S = 0.01
+
+
+@contextlib.contextmanager
+def serving(server: ThreadingHTTPServer) -> Iterator[ThreadingHTTPServer]:
+    """`server` answering on a daemon thread (and its handler threads daemons) until the block ends."""
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+
+
 class Health(BaseHTTPRequestHandler):
     healthy: set[str] = set()  # container ids whose /health answers 200
     in_flight: list[int] = [0]  # what successive /metrics scrapes report (the last one repeats)
@@ -348,11 +368,8 @@ class Health(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def health_server():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Health)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1]
-    server.shutdown()
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Health)) as server:
+        yield server.server_address[1]
 
 
 class FakeCompose:
@@ -428,10 +445,34 @@ def test_healthy_rollout_replaces_with_the_grace_period(tmp_path: Path, health_s
                                                                      "new_container": f"B-{R2}-4", "drained": False}
 
 
-def test_failed_health_gate_rolls_back_automatically(tmp_path: Path, health_server: int, monkeypatch) -> None:
+class VirtualClock:
+    """apply's deadlines in virtual time that only the rollout's own sleeps advance: a health
+    gate that never passes fails after health_timeout_s / probe_interval_s probes (500), not
+    after 5 s of waiting, and the rollback's gate gets its 2 probes however loaded the machine."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def virtual_clock(monkeypatch) -> VirtualClock:
+    clock = VirtualClock()
+    monkeypatch.setattr(rollout_apply, "time", clock)  # apply reads only time.monotonic
+    return clock
+
+
+def test_failed_health_gate_rolls_back_automatically(tmp_path: Path, health_server: int, monkeypatch,
+                                                     virtual_clock: VirtualClock) -> None:
     world, calls = {R2: "A-r2"}, []
     monkeypatch.setattr(Health, "healthy", {f"A-{R2}-7"})  # only the rolled-back container answers
     rollout = _rollout(tmp_path, health_server, world, calls, [R2])
+    rollout.sleep = virtual_clock.sleep
     assert rollout.apply() == 1
     assert calls == [("B", "pull", R2), ("A", "stop", R2, 300.0), ("A", "rm", R2), ("B", "up", R2),
                      ("B", "stop", R2, 300.0), ("B", "rm", R2), ("A", "up", R2)]
@@ -501,11 +542,8 @@ def test_a_healthy_r1_lets_r2_roll(tmp_path: Path, health_server: int, monkeypat
 @pytest.fixture
 def proxy_standin():
     """The rehearsal's proxy stand-in with its drain API, routing to one dead backend per replica."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), standin.make_handler([(R1, 9), (R2, 9)]))
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), standin.make_handler([(R1, 9), (R2, 9)]))) as server:
+        yield server.server_address[1]
 
 
 def _draining(port: int) -> dict[str, bool]:
@@ -646,14 +684,13 @@ def proxy(monkeypatch):
     monkeypatch.setattr(R2Engine, "served", 0)
     monkeypatch.setattr(R2Engine, "status", 200)
     Proxy.hold.set()
-    servers = [ThreadingHTTPServer(("127.0.0.1", 0), handler) for handler in (Proxy, R2Engine)]
-    for server in servers:
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{servers[0].server_address[1]}/v1/chat/completions", servers[1].server_address[1]
-    Proxy.hold.set()
-    for server in servers:
-        server.shutdown()
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Proxy)) as proxy_server, \
+            serving(ThreadingHTTPServer(("127.0.0.1", 0), R2Engine)) as engine_server:
+        try:
+            yield (f"http://127.0.0.1:{proxy_server.server_address[1]}/v1/chat/completions",
+                   engine_server.server_address[1])
+        finally:
+            Proxy.hold.set()  # a held request must finish before its server stops
 
 
 def _verifier(tmp: Path, proxy: tuple[str, int], said: list[str], header: str | None = "X-Upstream", **gates) -> Rollout:
@@ -734,13 +771,8 @@ def test_standin_502_names_each_backend_and_why() -> None:
     refused = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
     port = refused.server_address[1]
     refused.server_close()  # nothing listens there any more: connections are refused
-    server = ThreadingHTTPServer(("127.0.0.1", 0), standin.make_handler([("127.0.0.1", port)]))
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), standin.make_handler([("127.0.0.1", port)]))) as server:
         status, headers = http_get(f"http://127.0.0.1:{server.server_address[1]}/v1/models", 5.0)
-    finally:
-        server.shutdown()
     assert status == 502
     assert headers["x-upstream-errors"].startswith(f"127.0.0.1:{port} ") and "refused" in headers["x-upstream-errors"]
 
@@ -827,11 +859,8 @@ class Engine(BaseHTTPRequestHandler):
 def engine(monkeypatch):
     monkeypatch.setattr(Engine, "asked", [])
     monkeypatch.setattr(Engine, "finish_reason", "stop")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Engine)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Engine)) as server:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
 
 
 def _committed_check(tmp: Path) -> Path:
@@ -931,10 +960,12 @@ def test_the_manager_is_paused_before_the_stop_and_resumed_on_the_target(tmp_pat
 
 
 def test_a_rolled_back_rollout_resumes_the_manager_on_the_deployed_revision(tmp_path: Path, health_server: int,
-                                                                            monkeypatch) -> None:
+                                                                            monkeypatch,
+                                                                            virtual_clock: VirtualClock) -> None:
     world, calls = {R2: "A-r2"}, []
     monkeypatch.setattr(Health, "healthy", {f"A-{R2}-8"})  # the target never turns healthy
     rollout = _managed(tmp_path, health_server, world, calls)
+    rollout.sleep = virtual_clock.sleep
     assert rollout.apply() == 1
     assert calls[1] == ("manager", "pause", (R2,)) and calls[-1] == ("manager", "resume", (R2,), "A", "from.yaml")
     assert [c[1] for c in calls if c[0] == "manager"] == ["pause", "resume"]

@@ -22,7 +22,7 @@ from typing import Callable
 
 from deploy.validators import (cli, nginx_check, prod_contract, runtime, services, structure,
                                telemetry)
-from deploy.validators.compose_doc import LoadError, labels_map, load_compose
+from deploy.validators.compose_doc import LoadError, labels_map, load_compose, shared_reads
 from deploy.validators.glm53_contract import CONTRACTS
 
 
@@ -70,6 +70,13 @@ def _source(args: argparse.Namespace, path: Path, name: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Every validator reads every file: within this run each file is parsed and resolved
+    # through the Compose binary once (compose_doc.shared_reads).
+    with shared_reads():
+        return _check(argv)
+
+
+def _check(argv: list[str] | None) -> int:
     p = cli.parser("check", __doc__.splitlines()[0])
     add_arguments(p)
     args = p.parse_args(argv)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from deploy.validators.compose_doc import CI_DUMMY_ENV, ComposeFile, Finding, LoadError
+from deploy.validators.compose_doc import CI_DUMMY_ENV, ComposeFile, Finding, LoadError, shared
 
 
 PROJECT = "validated"
@@ -46,7 +46,29 @@ class Model:
 
 def compose_json(path: Path, compose_bin: str, interpolate: bool = True,
                  env: Mapping[str, str] = CI_DUMMY_ENV) -> dict[str, Any]:
-    """`docker-compose -f FILE config --format json` with only `env`; LoadError on refusal."""
+    """`docker-compose -f FILE config --format json` with only `env`; LoadError on refusal.
+
+    Inside `shared_reads()` the binary runs once per file, flags and environment (its output
+    is kept as text, so every caller gets a document of its own)."""
+    try:
+        content = path.read_bytes()
+    except OSError:
+        content = None  # not kept: the binary reports the unreadable file itself
+    if content is None:
+        stdout = _compose_config(path, compose_bin, interpolate, env)
+    else:
+        # The file's directory is part of the key: Compose resolves relative paths against it.
+        key = ("compose-config", compose_bin, str(path.absolute()), content, interpolate,
+               tuple(sorted(env.items())))
+        stdout = shared(key, lambda: _compose_config(path, compose_bin, interpolate, env))
+    try:
+        return json.loads(stdout)
+    except json.JSONDecodeError as exc:
+        raise LoadError(f"docker compose config printed no JSON model: {exc}") from None
+
+
+def _compose_config(path: Path, compose_bin: str, interpolate: bool,
+                    env: Mapping[str, str]) -> str:
     argv = [compose_bin, "-f", str(path.absolute()), "config", "--format", "json"]
     if not interpolate:
         argv.append("--no-interpolate")
@@ -64,10 +86,7 @@ def compose_json(path: Path, compose_bin: str, interpolate: bool = True,
     if proc.returncode != 0:
         detail = " ".join(proc.stderr.split()) or f"exit {proc.returncode}"
         raise LoadError(f"docker compose config refuses the file: {detail}")
-    try:
-        return json.loads(proc.stdout)
-    except json.JSONDecodeError as exc:
-        raise LoadError(f"docker compose config printed no JSON model: {exc}") from None
+    return proc.stdout
 
 
 def load_model(path: Path, label: str, compose_bin: str) -> Model:

@@ -9,6 +9,7 @@ rewrites replace argument tokens in place, so nginx's line numbers are the confi
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -73,6 +74,8 @@ def group_by_service(items: Iterable[EmbeddedNginx]) -> list[list[EmbeddedNginx]
     return list(groups.values())
 
 
+# Asked once per binary and process: a `check` run builds nine prefixes.
+@functools.lru_cache(maxsize=None)
 def nginx_version(nginx_bin: str) -> tuple[int, ...]:
     proc = subprocess.run([nginx_bin, "-v"], capture_output=True, text=True, timeout=30)
     m = re.search(r"nginx/(\d+)\.(\d+)\.(\d+)", proc.stderr + proc.stdout)

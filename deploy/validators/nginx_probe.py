@@ -201,16 +201,25 @@ def _wait_listening(ports: set[int], nginx: subprocess.Popen, error_log: str) ->
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     pending.discard(port)
-        if pending and time.monotonic() > deadline:
+        if not pending:
+            break
+        if time.monotonic() > deadline:
             raise SystemExit(f"nginx did not listen on {sorted(pending)} within {READY_TIMEOUT_S}s")
-        time.sleep(0.05)
+        # nginx listens within milliseconds of its start: a 50 ms step (and a last one after
+        # every port answered) cost each probe 50-100 ms of waiting.
+        time.sleep(0.005)
 
 
-def _request(listener: Listener, path: str) -> int:
+def _client_tls() -> ssl.SSLContext:
+    """The probe reaches its own throwaway certificate: no verification."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _request(listener: Listener, path: str, context: ssl.SSLContext) -> int:
     if listener.tls:
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
         conn: http.client.HTTPConnection = http.client.HTTPSConnection(
             "127.0.0.1", listener.port, timeout=10, context=context)
     else:
@@ -243,12 +252,15 @@ def child(spec_path: str) -> int:
     nginx = subprocess.Popen(spec["nginx"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              start_new_session=True)
     results = []
+    # One context for every request: creating one loads the CA store (~35 ms), which was most
+    # of the probe's time (10 paths per TLS listener).
+    tls = _client_tls()
     try:
         _wait_listening({l.port for l in listeners}, nginx, spec["error_log"])
         for listener in listeners:
             for path in PROBE_PATHS:
                 before = len(seen)
-                status = _request(listener, path)
+                status = _request(listener, path, tls)
                 reached = seen[before][0] if len(seen) > before else None
                 results.append({"port": listener.port, "line": listener.line, "path": path,
                                 "status": status, "reached": reached})

@@ -30,14 +30,12 @@ from __future__ import annotations
 import re
 from typing import Any, Iterator, Mapping
 
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
-
 from pins import table as pin_table
 from pins import uses
 from tools.oci.reference import ReferenceError, parse_reference
 from deploy.validators import nginx_conf, topology
-from deploy.validators.compose_doc import Finding, command_argv, config_contents, env_map, join_path
+from deploy.validators.compose_doc import (Finding, LoadError, command_argv, config_contents, env_map,
+                                           join_path, load_yaml_text)
 from deploy.validators.model import Model
 from deploy.validators.secrets import shown
 from deploy.validators.tier import SidecarClass, Tier
@@ -233,8 +231,9 @@ def _collector_reads(model: Model, service: Mapping[str, Any]) -> Iterator[tuple
         if source not in contents or "opentelemetry-collector" not in str(service.get("image")):
             continue
         try:
-            config = YAML(typ="safe", pure=True).load(contents[source].replace("$$", "$"))
-        except YAMLError:
+            # The validators' one parse (compose_doc): once per text in a `check` run.
+            config = load_yaml_text(contents[source].replace("$$", "$"), source)
+        except LoadError:
             continue  # the telemetry validator reports it
         where = join_path("configs", source, "content")
         for kind, section in (("receivers", "include"), ("extensions", "directory")):

@@ -69,14 +69,19 @@ def _settings() -> dict[str, Any]:
 
 def scan(model_raw: dict[str, Any]) -> list[SecretHit]:
     """Every string of the model that detect-secrets reports, by dotted path and detector."""
-    lines: list[str] = []
-    where: list[str] = []
+    # Each distinct line once, at its first occurrence, mapped to the path of that occurrence.
+    # About half the lines of a generated file repeat (the replicas' argv, shared labels). The
+    # scan is line-local (these plugins and filters read only the line, the secret and the file
+    # name; verification, which reads neighbouring lines, is off), and detect-secrets keeps one
+    # hit per secret and type, the first line's: so this reports what scanning every line did.
+    first_path: dict[str, str] = {}
     for path, value in strings(model_raw):
         for text in value.splitlines() or [value]:
             candidates = [text] + [w for w in re.split(r"[\s=,]+", text) if w and w != text]
             for word in candidates:
-                lines.append(json.dumps(word))
-                where.append(path)
+                first_path.setdefault(json.dumps(word), path)
+    lines = list(first_path)
+    where = list(first_path.values())
     hits: dict[tuple[str, str], SecretHit] = {}
     with tempfile.TemporaryDirectory(prefix="secret-scan-") as tmp:
         scratch = Path(tmp) / "model.txt"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -12,7 +14,8 @@ from typing import Any, Callable
 
 from ruamel.yaml import YAML
 
-from deploy.validators.compose_doc import load_compose
+from deploy.validators import check
+from deploy.validators.compose_doc import load_compose, load_yaml_text
 from deploy.validators.topology import engines
 
 HERE = Path(__file__).resolve().parent
@@ -56,20 +59,53 @@ class Result:
         return [l[4:] for l in self.stderr.splitlines() if l.startswith("  - ")]
 
 
+def _cli_env() -> dict[str, str]:
+    """The environment a validator CLI runs with here: nothing of the test's own."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+            # The validators read Compose's canonical model through the pinned binary.
+            "COMPOSE_BIN": os.environ.get("COMPOSE_BIN", "")}
+
+
 def run_validator(module: str, *args: str | Path) -> Result:
     """The real CLI in a child interpreter: exit code, output, and no traceback allowed."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-           # The validators read Compose's canonical model through the pinned binary.
-           "COMPOSE_BIN": os.environ.get("COMPOSE_BIN", "")}
     proc = subprocess.run([sys.executable, "-m", f"validators.{module}", *map(str, args)],
-                          capture_output=True, text=True, env=env, timeout=300)
+                          capture_output=True, text=True, env=_cli_env(), timeout=300)
     assert "Traceback" not in proc.stderr, proc.stderr
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
+def run_in_process(main: Callable[[list[str]], int], *args: str | Path) -> Result:
+    """A validator's `main(argv)` in this process, as `run_validator`'s child runs it: the same
+    environment (swapped in for the call), stdout and stderr captured apart, the exit code from
+    the return value or SystemExit, and no traceback (an exception fails the test itself).
+
+    For the mutation suites, which run `check` once per case: a child interpreter paid ~0.4 s
+    of start-up and imports per case, and re-resolved the committed files a case leaves
+    unchanged; here the session's `shared_reads()` (conftest.py) keeps those. Validators keep no
+    other state between runs (no module globals but that scope and `nginx -v`'s answer)."""
+    out, err = io.StringIO(), io.StringIO()
+    saved, env = dict(os.environ), _cli_env()
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as exc:  # argparse's usage errors
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert "Traceback" not in err.getvalue(), err.getvalue()
+    return Result(code, out.getvalue(), err.getvalue())
+
+
 def load(path: Path) -> dict[str, Any]:
-    return YAML(typ="safe", pure=True).load(path.read_text())
+    """The validators' own parse (compose_doc.load_yaml_text): inside the session's
+    `shared_reads()` (conftest.py) each committed file is parsed once per test process, not once
+    per case, and each mutant once however often a case's expectations read it."""
+    return load_yaml_text(path.read_text(), str(path))
 
 
 def dump(doc: dict[str, Any], path: Path) -> None:
@@ -152,11 +188,23 @@ class CheckResult(Result):
         return out
 
 
+def _check_args(ci: CheckInputs, files: tuple[str | Path, ...],
+                extra: tuple[str, ...]) -> list[str | Path]:
+    return ["--compose-bin", ci.compose_bin, "--nginx-bin", ci.nginx_bin,
+            "--releases-dir", ci.releases_dir, "--series-dir", ci.series_dir,
+            "--compose-dir", ci.compose_dir, *extra, *files]
+
+
 def run_check(ci: CheckInputs, *files: str | Path, extra: tuple[str, ...] = ()) -> CheckResult:
-    result = run_validator(
-        "check", "--compose-bin", ci.compose_bin, "--nginx-bin", ci.nginx_bin,
-        "--releases-dir", ci.releases_dir, "--series-dir", ci.series_dir,
-        "--compose-dir", ci.compose_dir, *extra, *files)
+    """`check` in this process (run_in_process); test_check.py runs the CLI itself."""
+    result = run_in_process(check.main, *_check_args(ci, files, extra))
+    return CheckResult(result.returncode, result.stdout, result.stderr)
+
+
+def run_check_cli(ci: CheckInputs, *files: str | Path,
+                  extra: tuple[str, ...] = ()) -> CheckResult:
+    """`python -m validators.check` in a child interpreter (run_validator)."""
+    result = run_validator("check", *_check_args(ci, files, extra))
     return CheckResult(result.returncode, result.stdout, result.stderr)
 
 

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from deploy.validators.glm53_contract import W4AFP8_LONG_CONTEXT_SOURCE
-from deploy.validators.tests.harness import CheckInputs, run_check
+from deploy.validators.tests.harness import CheckInputs, run_check_cli
 
 VALIDATORS = ("compose-structure", "nginx", "telemetry", "service-contracts", "runtime",
               "glm53-prod-contract")
@@ -22,7 +22,7 @@ def test_every_committed_file_is_checked(check_inputs: CheckInputs) -> None:
 
 
 def test_committed_files_pass(check_inputs: CheckInputs) -> None:
-    result = run_check(check_inputs, *check_inputs.compose_files)
+    result = run_check_cli(check_inputs, *check_inputs.compose_files)
     assert result.returncode == 0, result.output
     # Every validator on every file: the production contract too (each file binds its
     # deployment's contract; the long-context one runs with its source).
@@ -33,7 +33,7 @@ def test_committed_files_pass(check_inputs: CheckInputs) -> None:
 
 def test_missing_file_fails_every_validator(check_inputs: CheckInputs, tmp_path: Path) -> None:
     missing = tmp_path / "absent.yaml"
-    result = run_check(check_inputs, missing)
+    result = run_check_cli(check_inputs, missing)
     assert result.returncode == 1
     found = result.by_validator()
     for validator in VALIDATORS[:-1]:
@@ -46,7 +46,7 @@ def test_contract_without_its_source_is_an_error(check_inputs: CheckInputs,
     [long_context] = [p for p in check_inputs.compose_files if p.name.endswith("LongContext.yaml")]
     copy = tmp_path / long_context.name
     shutil.copy(long_context, copy)
-    result = run_check(check_inputs, copy, extra=("--compose-dir", str(tmp_path / "none")))
+    result = run_check_cli(check_inputs, copy, extra=("--compose-dir", str(tmp_path / "none")))
     assert result.returncode == 1
     assert (f"check: {copy}: the production contract derives this file from "
             f"{W4AFP8_LONG_CONTEXT_SOURCE}, found neither next to it nor in --compose-dir; "

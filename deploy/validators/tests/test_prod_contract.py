@@ -8,7 +8,8 @@ from typing import Any
 
 from deploy.validators.compose_doc import command_argv
 from deploy.validators.glm53_contract import W4AFP8_LONG_CONTEXT as CONTRACT
-from deploy.validators.tests.harness import Inputs, run_validator
+from deploy.validators import prod_contract
+from deploy.validators.tests.harness import Inputs, run_in_process
 
 R1, R2 = (r.name for r in CONTRACT.replicas)
 QSPLIT = "SGLANG_DSA_INDEXER_QSPLIT"
@@ -23,7 +24,8 @@ def contract(inputs: Inputs, *files: Path, source: Path | None = None):
         args += ["--release", record]
     if source is not None:
         args += ["--source", source]
-    return run_validator("prod_contract", *args, *files)
+    # In this process: one case is one short run (test_loading.py runs the CLI's own entry).
+    return run_in_process(prod_contract.main, *args, *files)
 
 
 def release(inputs: Inputs, series: str) -> dict[str, Any]:

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from deploy.validators.glm53_contract import W4AFP8_LONG_CONTEXT
-from deploy.validators.tests.harness import Inputs, load, run_validator
+from deploy.validators import services as services_validator
+from deploy.validators.tests.harness import Inputs, load, run_in_process
 
 R1 = W4AFP8_LONG_CONTEXT.replicas[0].name
 PROXY = W4AFP8_LONG_CONTEXT.proxy
@@ -17,7 +18,8 @@ REGISTRAR = "model-proxy-registrar"
 
 
 def services(*files: Path):
-    return run_validator("services", *files)
+    # In this process: one case is one short run (test_loading.py runs the CLI's own entry).
+    return run_in_process(services_validator.main, *files)
 
 
 def registrar_config(doc: dict[str, Any]) -> str:
