@@ -10,7 +10,7 @@ entry). A candidate without a row has no CPU base: the check reports "still need
 """
 
 load("//pins:defs.bzl", "pin_sglang_candidates")
-load("//recipes/bases:cpu_bases.bzl", BASE_ROWS = "CPU_BASES", "cpu_base_name")
+load("//recipes/bases:cpu_bases.bzl", "cpu_base_name", BASE_ROWS = "CPU_BASES")
 
 # The candidates that have a CPU base; version -> (cpu_base, cpu_lock), read from recipes/bases'
 # table (the image and the lock it installs).
