@@ -10,10 +10,13 @@ entry). A candidate without a row has no CPU base: the check reports "still need
 """
 
 load("//pins:defs.bzl", "pin_sglang_candidates")
+load("//recipes/bases:cpu_bases.bzl", "cpu_base_name", BASE_ROWS = "CPU_BASES")
 
-# version -> (cpu_base, cpu_lock)
+# The candidates that have a CPU base; version -> (cpu_base, cpu_lock), read from recipes/bases'
+# table (the image and the lock it installs).
 CPU_BASES = {
-    "0.5.23": ("//recipes/bases:sglang_cpu_0_5_23", "//third_party/python:sglang_cpu_0_5_23.lock"),
+    version: ("//recipes/bases:" + cpu_base_name(version), BASE_ROWS[version].lock)
+    for version in ["0.5.23"]
 }
 
 def sglang_candidates():

@@ -15,11 +15,13 @@ CPU_BASE_ENV = {
     "SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt",
 }
 
-# One row per base: its own wheels layer, what its description says, and the files its structure
-# test checks beyond what every base must (or must not) carry.
+# One row per base: its own wheels layer, the PyPI lock those wheels come from (a release built on
+# the base lists it in its evidence), what its description says, and the files its structure test
+# checks beyond what every base must (or must not) carry.
 CPU_BASES = {
     "0.5.19": struct(
         wheels = ":sglang_cpu_wheels",
+        lock = "//third_party/python:sglang_cpu.lock",
         description = "CPU-test base for the GLM-5.3 engine recipes; not for serving.",
         expect_absent = ["/usr/lib/python3/dist-packages/torchvision-0.28.0.dist-info"],
         expect_files = [
@@ -40,6 +42,7 @@ CPU_BASES = {
     ),
     "0.5.23": struct(
         wheels = ":sglang_cpu_0_5_23_wheels",
+        lock = "//third_party/python:sglang_cpu_0_5_23.lock",
         description = "Candidate CPU-test base for the bump check; not for serving.",
         expect_absent = ["/usr/lib/python3/dist-packages/sglang-0.5.19.dist-info"],
         expect_files = [

@@ -1,8 +1,9 @@
-"""The applier on the repository's own series and the real SGLang 0.5.19 base.
+"""The applier on the repository's own series and the real SGLang base they are written against.
 
 Bazel passes PATCHCHAIN_BASE_MARKER (the base's sglang/__init__.py), PATCHCHAIN_BASE_WHEEL (the
-wheel it was unpacked from) and PATCHCHAIN_DECLARATION (patches/v1/series.json); outside Bazel
-set them by hand or these tests skip.
+wheel it was unpacked from), PATCHCHAIN_DECLARATION (a series.json of the patches directory) and
+PATCHCHAIN_SERIES (the series on that base, e.g. "v1 v2 v3" on 0.5.19; unset: every series);
+outside Bazel set them by hand or these tests skip.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tools.patches.private.patchchain.wheel import WheelTree, check_wheel
 
 MARKER = os.environ.get("PATCHCHAIN_BASE_MARKER")
 DECLARATION = os.environ.get("PATCHCHAIN_DECLARATION")
+SERIES = os.environ.get("PATCHCHAIN_SERIES")
 pytestmark = pytest.mark.skipif(not (MARKER and DECLARATION), reason="needs the real base and patches (run under Bazel)")
 
 
@@ -35,12 +37,18 @@ def patches_dir() -> Path:
 
 
 def series_names(patches_dir: Path) -> list[str]:
-    return sorted(p.parent.name for p in patches_dir.glob("*/series.json"))
+    """The series written against this base (all of them when PATCHCHAIN_SERIES is unset)."""
+    on_disk = sorted(p.parent.name for p in patches_dir.glob("*/series.json"))
+    if SERIES is None:
+        return on_disk
+    names = sorted(SERIES.split())
+    assert names and set(names) <= set(on_disk), (names, on_disk)
+    return names
 
 
 def test_every_series_verifies_twice_identically(base, patches_dir):
     names = series_names(patches_dir)
-    assert {"v1", "v2"} <= set(names)
+    assert names
     for name in names:
         chain = load_chain(patches_dir, name)
         runs = [apply_chain(chain, base, read_patch_files(chain)).final for _ in range(2)]
