@@ -72,7 +72,8 @@ class LoadError(Exception):
 
 _T = TypeVar("_T")
 
-# The results computed inside the innermost `shared_reads()` block; None outside any.
+# The results computed inside the outermost `shared_reads()` block (a nested block shares them);
+# None outside any.
 _shared: dict[Hashable, Any] | None = None
 
 
