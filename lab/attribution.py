@@ -35,7 +35,7 @@ _WAITING = re.compile(
     r"|\w*Selector\.select|select|sleep|_recv_into|recv_into|accept) \(/usr/lib/python3[.\d]*/"
     # v3's offload_process: the innermost Python frame of a thread blocked in a pipe read or
     # write to its child (readinto/write, GIL released) while the child works.
-    r"|(?:_read_exact|_write_all) \([^)]*sglang/srt/managers/offload_process\.py:)"
+    r"|(?:_read_exact|_write_all) \([^)]*glm53_offload/offload_process\.py:)"
 )
 
 

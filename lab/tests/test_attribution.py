@@ -88,9 +88,9 @@ def test_sampler_lag_is_read_from_the_py_spy_log(tmp_path: Path):
 
 
 def test_a_thread_blocked_on_its_child_process_pipe_is_waiting():
-    pipe_waits = ["_read_exact (sglang/srt/managers/offload_process.py:81)",
-                  "_write_all (sglang/srt/managers/offload_process.py:68)"]
-    work = ["JsonProcess.loads (sglang/srt/managers/offload_process.py:260)",
+    pipe_waits = ["_read_exact (glm53_offload/offload_process.py:81)",
+                  "_write_all (glm53_offload/offload_process.py:68)"]
+    work = ["JsonProcess.loads (glm53_offload/offload_process.py:260)",
             "_read_exact (sglang/srt/managers/tokenizer_manager.py:81)"]
     assert all(attribution._WAITING.match(frame) for frame in pipe_waits)
     assert not any(attribution._WAITING.match(frame) for frame in work)

@@ -26,6 +26,7 @@ RANKS = {
     "tools": 1,
     "pins": 2,
     "recipes/bases": 3,  # the CPU-test bases: the patches' stock tests and bump check run on them
+    "engine": 3,  # the package a series' hooks call (engine/glm53_offload), shipped by the chain
     "patches": 4,
     "tools/remote": 4,  # the remote-execution image (the CPU base's Debian roots) and its pinned platform
     "recipes": 5,

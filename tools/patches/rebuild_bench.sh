@@ -49,8 +49,9 @@ for i in $(seq 1 "$runs"); do
     # The description line: nothing the patch applies changes.
     sed "1s/\$/ ($stamp)/" "$saved/patch" >"$patch"
   else
-    # The first added comment line of the new file: its patched bytes change, its line count not.
-    awk -v stamp="$stamp" '/^\+\+\+ b\/python\/sglang\/srt\/utils\/event_loop_stall_dump.py$/ {f = 1}
+    # The first comment line the patch adds to http_server.py: its patched bytes change, its line
+    # count not.
+    awk -v stamp="$stamp" '/^\+\+\+ b\/python\/sglang\/srt\/entrypoints\/http_server.py$/ {f = 1}
       f && !done && /^\+[[:space:]]*# / {$0 = $0 " (" stamp ")"; done = 1} {print}' "$saved/patch" >"$patch"
   fi
   cmp -s "$patch" "$saved/patch" && { echo "rebuild_bench.sh: the $mode edit changed nothing in $patch" >&2; exit 1; }

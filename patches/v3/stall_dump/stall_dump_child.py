@@ -334,7 +334,7 @@ async def real_lifespan_main(args: argparse.Namespace) -> None:
     # costs ~12 s of CPU.
     located = locate()
     http_server = importlib.import_module("sglang.srt.entrypoints.http_server")
-    real = sys.modules.get("sglang.srt.utils.event_loop_stall_dump")
+    real = sys.modules.get("glm53_offload.stall_dump")
     mark(
         "package-import",
         json.dumps(

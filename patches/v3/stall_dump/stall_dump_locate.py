@@ -1,4 +1,4 @@
-"""Find sglang/srt/utils/event_loop_stall_dump.py on sys.path and load it.
+"""Find glm53_offload/stall_dump.py beside the first sglang/ on sys.path and load it.
 
 The stall-dump scenarios load the module file straight from the first
 sys.path entry that has it, without running ``sglang/__init__``: that package
@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-MODULE_NAME = "sglang.srt.utils.event_loop_stall_dump"
-MODULE_RELPATH = Path("sglang", "srt", "utils", "event_loop_stall_dump.py")
+MODULE_NAME = "glm53_offload.stall_dump"
+MODULE_RELPATH = Path("glm53_offload", "stall_dump.py")
 HTTP_SERVER_RELPATH = Path("sglang", "srt", "entrypoints", "http_server.py")
 _LOADED_NAME = "_event_loop_stall_dump_under_test"
 

@@ -1,6 +1,6 @@
 """Parse a child's stderr into stall dumps, faulthandler blocks and markers.
 
-Formats parsed here (written by sglang/srt/utils/event_loop_stall_dump.py):
+Formats parsed here (written by glm53_offload/stall_dump.py):
 
   [event-loop-stall] pid=P dump N: event loop stalled for A s (threshold T s);
       loop thread used C s CPU since its last tick; K threads; <UTC ISO time>

@@ -1127,7 +1127,7 @@ def eval_real_lifespan(c: Checks, child: Child, p: Params) -> None:
         ok = (
             len(report.armed) == 1
             and int(report.armed[0]["pid"]) == _pid(child)
-            and lines[0].startswith("INFO sglang.srt.utils.event_loop_stall_dump:")
+            and lines[0].startswith("INFO glm53_offload.stall_dump:")
             and lifespan is not None
             and lines
             and report.lines.index(lines[0]) < lifespan.line_no
@@ -1167,14 +1167,14 @@ def eval_wiring(c: Checks) -> None:
         hit = [
             x
             for x in names
-            if x[0] == "sglang.srt.utils.event_loop_stall_dump" and x[1] == "install"
+            if x[0] == "glm53_offload.stall_dump" and x[1] == "install"
         ]
         return (
             bool(hit),
-            f"imports from event_loop_stall_dump: {hit} {state.get('error', '')}",
+            f"imports from glm53_offload.stall_dump: {hit} {state.get('error', '')}",
         )
 
-    c.check(s, "http_server imports install from event_loop_stall_dump", imports)
+    c.check(s, "http_server imports install from glm53_offload.stall_dump", imports)
 
     def call():
         found = _lifespan_install_call(state.get("tree"))

@@ -95,7 +95,7 @@ def main() -> None:
             _, total, gap = worst_gil_gap(call)
             print(f"{label}: {total * 1e3:.0f} ms, GIL held up to {gap * 1e3:.0f} ms")
     try:  # a tree with offload-process.diff
-        from sglang.srt.managers.offload_process import TokenizerProcess
+        from glm53_offload.offload_process import TokenizerProcess
     except ImportError:
         TokenizerProcess = None
     if TokenizerProcess is not None:
@@ -124,7 +124,7 @@ def main() -> None:
         _, total, gap = worst_gil_gap(lambda: orjson.loads(document))
         print(f"orjson.loads of {label}: {total * 1e3:.0f} ms, GIL held up to {gap * 1e3:.0f} ms")
         if TokenizerProcess is not None:
-            from sglang.srt.managers.offload_process import JsonProcess
+            from glm53_offload.offload_process import JsonProcess
 
             json_process = JsonProcess()
             try:

@@ -26,7 +26,7 @@ class GlmVision:
 
     def pool(self, workers: int, max_queued: int):
         """A MultimodalProcessPool of this processor (offload-process.diff), started."""
-        from sglang.srt.managers import offload_process
+        from glm53_offload import offload_process
 
         setup = offload_process.mm_setup(
             self.processor, self.server_args, self.hf_config, self.hf_processor, self.transport)

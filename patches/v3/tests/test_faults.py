@@ -67,7 +67,7 @@ import asyncio, json, pathlib, sys
 sys.path.insert(0, sys.argv[1])
 import glm_vision as gv
 from transformers import AutoTokenizer
-from sglang.srt.managers import offload_process
+from glm53_offload import offload_process
 from sglang.srt.managers.mm_utils import discard_mm_inputs_shm
 
 directory = pathlib.Path(sys.argv[2])
@@ -127,7 +127,7 @@ def test_a_server_sigkilled_mid_request_leaves_no_segment(glm_tokenizer, tmp_pat
 DEAD_OWNER = r"""
 import json, sys
 from multiprocessing import resource_tracker, shared_memory
-from sglang.srt.managers import offload_process
+from glm53_offload import offload_process
 names = []
 for _ in range(3):
     segment = shared_memory.SharedMemory(
@@ -148,7 +148,7 @@ def test_a_starting_server_unlinks_what_a_dead_one_owned_and_nothing_else():
     and its owner file, counted, and leaves a live owner's segments alone."""
     from multiprocessing import shared_memory
 
-    from sglang.srt.managers import offload_process
+    from glm53_offload import offload_process
 
     live = shared_memory.SharedMemory(
         create=True, size=1 << 20, name=offload_process.owned_segment_name("mm"))
@@ -162,7 +162,7 @@ def test_a_starting_server_unlinks_what_a_dead_one_owned_and_nothing_else():
         dead.wait()
         starting = subprocess.run(
             [sys.executable, "-c",
-             "from sglang.srt.managers import offload_process as o; o.segment_owner(); "
+             "from glm53_offload import offload_process as o; o.segment_owner(); "
              "print(o.STATS.snapshot().get('segments.swept', 0))"],
             capture_output=True, text=True, timeout=WAIT_S)
         assert starting.returncode == 0, starting.stderr[-2000:]
@@ -262,7 +262,7 @@ def test_the_body_queue_is_bounded_in_bytes():
     64-call bound; once released, the same body alone gets in."""
     import threading
 
-    from sglang.srt.managers import offload_process
+    from glm53_offload import offload_process
 
     parser = offload_process.JsonBodyParser(workers=2, max_queued=64, max_queued_bytes=10 << 20)
     body = b'{"prompt": "' + b"x" * (6 << 20) + b'"}'
@@ -294,7 +294,7 @@ def test_library_mode_starts_no_child(make_tokenizer_manager, glm_tokenizer, mon
     """An Engine embedded in a program (no launch_server): a large prompt is encoded on the lane,
     no tokenizer child runs, and the multimodal pool stays off. The previous v3 started a
     ~157 MiB tokenizer child in every such program."""
-    from sglang.srt.managers import offload_process
+    from glm53_offload import offload_process
 
     monkeypatch.delenv("SGLANG_OFFLOAD_IN_HTTP_SERVER", raising=False)
     tm = make_tokenizer_manager(glm_tokenizer)
@@ -314,7 +314,7 @@ def test_zero_switches_a_child_off_in_the_server(setting, make_tokenizer_manager
                                                  monkeypatch, tmp_path):
     """`0` keeps the work in the server process; the previous v3 still started a JSON child
     for SGLANG_JSON_PARSE_PROCESSES=0 and had no tokenizer switch."""
-    from sglang.srt.managers import offload_process
+    from glm53_offload import offload_process
 
     monkeypatch.setenv("SGLANG_OFFLOAD_IN_HTTP_SERVER", "1")
     monkeypatch.setenv(setting, "0")
@@ -349,7 +349,7 @@ class _Exploit:
 def test_a_childs_answer_naming_another_global_is_refused():
     """What an exploited image decoder in the child could send: a pickle that calls os.system.
     Refused by name; the processor output's own types load."""
-    from sglang.srt.managers import offload_process
+    from glm53_offload import offload_process
 
     allowed = offload_process._mm_answer_types()
     with pytest.raises(pickle.UnpicklingError, match="posix.system|os.system"):
@@ -366,7 +366,7 @@ def test_a_childs_output_loads_through_the_allowlist(glm_tokenizer, tmp_path):
     pickle of a tensor carries) is not among the allowed globals."""
     import torch
 
-    from sglang.srt.managers import offload_process
+    from glm53_offload import offload_process
 
     vision = glm_vision_module.build(tmp_path, glm_tokenizer)
     try:

@@ -92,7 +92,7 @@ def _third_is_refused(call, pid: int, error: type):
 
 
 def _stats() -> dict:
-    from sglang.srt.managers.offload_process import STATS
+    from glm53_offload.offload_process import STATS
 
     return {k.split(".", 1)[1]: v for k, v in STATS.snapshot().items() if k.startswith("mm_process.")}
 
@@ -167,7 +167,7 @@ def test_the_childs_peak_grows_by_at_most_one_and_a_half_times_the_features(glm_
     through /proc/PID/clear_refs; the segment pages it maps to write count) by at most 1.5x."""
     import math
 
-    from sglang.srt.managers import offload_process
+    from glm53_offload import offload_process
 
     # The child is read after the request: it must not be replaced for having grown.
     monkeypatch.setattr(offload_process, "CHILD_GROWTH_LIMIT_MB", 1 << 30)
@@ -225,7 +225,7 @@ def test_images_staged_one_at_a_time_are_the_one_call_batch_and_give_pages_back(
 
     import torch
 
-    from sglang.srt.managers import offload_process
+    from glm53_offload import offload_process
 
     inner = _FakeImageProcessor()
     images = offload_process._ImagesOneAtATime(inner)
@@ -248,7 +248,7 @@ def test_images_staged_one_at_a_time_are_the_one_call_batch_and_give_pages_back(
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 def test_an_image_processor_with_other_outputs_runs_in_one_call_and_says_why():
-    from sglang.srt.managers import offload_process
+    from glm53_offload import offload_process
 
     inner = _FakeImageProcessor(extra_key=True)
     images = offload_process._ImagesOneAtATime(inner)
@@ -285,7 +285,7 @@ def test_this_process_decodes_no_pixel(glm_vision, pool, monkeypatch):
 def test_the_child_runs_nicer_than_this_process(glm_vision, pool):
     """A child decoding images yields the CPU to the server process: its nice value is
     CHILD_NICE above this process's, so a server thread holding the GIL is not preempted by it."""
-    from sglang.srt.managers.offload_process import CHILD_NICE
+    from glm53_offload.offload_process import CHILD_NICE
 
     obj = _request([_url(_png(640, 480, 7))])
     _discard(asyncio.run(pool.process(_kwargs(obj), 1, _never_in_process)))
@@ -367,7 +367,7 @@ def test_a_child_past_its_deadline_is_killed_and_the_request_refused(glm_vision,
     """The work of a child killed at its deadline would run as long in the server: the request
     is refused (MultimodalRefused, a 503 from the tokenizer manager), never redone here. The
     previous v3 processed it in the server."""
-    from sglang.srt.managers import offload_process
+    from glm53_offload import offload_process
 
     _stop_child(pool)
     for name in ("DEADLINE_BASE_S", "DEADLINE_S_PER_MB", "MM_DEADLINE_S_PER_ITEM"):
@@ -391,7 +391,7 @@ def test_a_killed_child_refuses_its_request_and_is_replaced(glm_vision, pool):
     while it holds the request): the request is refused naming the signal, nothing runs in this
     process, and the next request gets a new child. The previous v3 retried it here, at the
     same memory peak (+1.8 GiB in the server for 4 x 9 MP)."""
-    from sglang.srt.managers.offload_process import MultimodalRefused
+    from glm53_offload.offload_process import MultimodalRefused
 
     obj = _request([_url(_png(640, 480, 11))])
     pid = _stop_child(pool)
@@ -420,7 +420,7 @@ def test_a_killed_child_refuses_its_request_and_is_replaced(glm_vision, pool):
 def test_a_full_queue_is_refused(glm_vision, pool):
     """One child, a queue of one: a third request while one runs and one waits raises
     OffloadQueueFull (the tokenizer manager answers 503), counted as rejected."""
-    from sglang.srt.managers.offload_process import OffloadQueueFull
+    from glm53_offload.offload_process import OffloadQueueFull
 
     obj = _request([_url(_png(640, 480, 12))])
     pid = _stop_child(pool)

@@ -52,7 +52,7 @@ def _chars(text: Any) -> int:
 def log_each_fallback_cause_again() -> None:
     """The offload paths log a fallback once per cause and process: each test sees its own."""
     try:
-        from sglang.srt.managers import offload_process
+        from glm53_offload import offload_process
     except ImportError:  # stock: no offload paths
         return
     stats = getattr(offload_process, "STATS", None)
@@ -82,7 +82,7 @@ def _large_encodes(calls: List[Tuple[str, int]]) -> List[Tuple[str, int]]:
 
 def _counts() -> Dict[str, int]:
     """The offload counters (what /metrics exports); {} on a tree without them."""
-    from sglang.srt.managers import offload_process
+    from glm53_offload import offload_process
 
     stats = getattr(offload_process, "STATS", None)
     return stats.snapshot() if stats is not None else {}
@@ -319,7 +319,7 @@ def test_a_child_that_cannot_start_is_tried_once(
     it is ready) is not started again for every large request: one attempt per lane and per
     parser, one warning each, and every request still served in-process."""
     from sglang.srt.entrypoints import http_server
-    from sglang.srt.managers import offload_process
+    from glm53_offload import offload_process
 
     if failure == "no-interpreter":
         monkeypatch.setattr(offload_process.sys, "executable", str(tmp_path / "no-python"))
@@ -418,7 +418,7 @@ def short_deadlines(monkeypatch) -> Callable[[], None]:
     """Call it to give every later child call a 2 s deadline (children started before keep
     theirs: a GLM-size tokenizer takes a while to load on a busy host)."""
     def apply() -> None:
-        from sglang.srt.managers import offload_process
+        from glm53_offload import offload_process
 
         monkeypatch.setattr(offload_process, "DEADLINE_BASE_S", 2.0)
         monkeypatch.setattr(offload_process, "DEADLINE_S_PER_MB", 0.0)
@@ -487,7 +487,7 @@ def test_a_hung_interpreter_costs_one_start_deadline_and_holds_no_lock(
     """sys.executable starts but never answers: the lane gives up after START_DEADLINE_S, encodes
     in its thread and does not try again; meanwhile no lock is held (shutdown, another lane).
     The fallback's warning names the deadline it waited."""
-    from sglang.srt.managers import offload_process
+    from glm53_offload import offload_process
 
     started = tmp_path / "started"
     hung = tmp_path / "hung-python"  # starts, says so, never answers (the images have no shell)
@@ -617,7 +617,7 @@ def test_a_full_body_queue_answers_503(parse_calls):
     from fastapi import HTTPException
 
     from sglang.srt.entrypoints import http_server
-    from sglang.srt.managers import offload_process
+    from glm53_offload import offload_process
 
     body = _large_chat_body()
     parser = http_server._large_body_parser
@@ -661,7 +661,7 @@ def test_an_idle_json_child_holds_no_body(parse_calls):
 def test_offload_counters_are_exported_for_metrics(make_tokenizer_manager, glm_tokenizer):
     import prometheus_client  # sglang's metrics dependency (in the CPU lock)
 
-    from sglang.srt.managers import offload_process
+    from glm53_offload import offload_process
 
     offload_process.STATS.enable_prometheus({"model_name": "glm"})
     tm = make_tokenizer_manager(glm_tokenizer)
@@ -1028,7 +1028,7 @@ def test_a_child_nice_out_of_range_is_refused_at_start(value):
     import, without the 5 s import of sglang per value."""
     import subprocess
 
-    from sglang.srt.managers import offload_process
+    from glm53_offload import offload_process
 
     env = dict(os.environ, SGLANG_OFFLOAD_CHILD_NICE=value)
     run = subprocess.run(
@@ -1048,7 +1048,7 @@ def test_a_tokenizer_child_that_grew_is_replaced_after_its_request(
     """The tokenizers crate leaves a large prompt's encoding fragmented in the child's heap; a
     child that grew past the limit is replaced on its lane right after the request, so an idle
     lane's child holds nothing of the last prompt (here the limit is 0 MB: any growth)."""
-    from sglang.srt.managers import offload_process
+    from glm53_offload import offload_process
 
     monkeypatch.setattr(offload_process, "CHILD_GROWTH_LIMIT_MB", 0)
     tm = make_tokenizer_manager(glm_tokenizer)

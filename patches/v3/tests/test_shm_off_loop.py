@@ -457,7 +457,7 @@ def own_segments() -> set:
     """This process's multimodal segments: their names carry this process's owner token
     (offload_process.segment_owner), or its pid on a tree without owners (stock 0.5.19)."""
     try:
-        from sglang.srt.managers.offload_process import segment_owner
+        from glm53_offload.offload_process import segment_owner
     except ImportError:
         return {name for name in os.listdir(SHM_DIR) if f"_mm_{os.getpid()}_" in name}
     prefix = segment_owner().prefix("mm")

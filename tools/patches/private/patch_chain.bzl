@@ -6,6 +6,7 @@ PatchSeriesInfo = provider(
         "name": "the series name (its directory under patches/)",
         "declarations": "list of File: series.json of the chain, root first",
         "patches": "list of File: the .diff files of the chain",
+        "package_files": "list of struct(dst, file): the files of the packages the chain ships, dst = <package>/<path>",
     },
 )
 
@@ -23,16 +24,35 @@ PatchChainInfo = provider(
 def _series_name(declaration):
     return declaration.dirname.split("/")[-1]
 
+def _package_files(target):
+    # engine/glm53_offload:files -> glm53_offload/<path>: paths below the package's parent directory.
+    parent = target.label.package.rpartition("/")[0]
+    prefix = parent + "/" if parent else ""
+    out = []
+    for f in target.files.to_list():
+        if not f.short_path.startswith(prefix):
+            fail("%s: %s is not below %s" % (target.label, f.short_path, prefix))
+        out.append(struct(dst = f.short_path[len(prefix):], file = f))
+    return out
+
 def _patch_series_impl(ctx):
     parent = ctx.attr.extends[PatchSeriesInfo] if ctx.attr.extends else None
     declarations = (parent.declarations if parent else []) + [ctx.file.declaration]
     patches = (parent.patches if parent else []) + ctx.files.patches
+    package_files = list(parent.package_files if parent else [])
+    for package in ctx.attr.packages:
+        package_files += _package_files(package)
     for p in ctx.files.patches:
         if p.dirname != ctx.file.declaration.dirname:
             fail("patch %s must sit next to its declaration %s" % (p.short_path, ctx.file.declaration.short_path))
     return [
-        PatchSeriesInfo(name = _series_name(ctx.file.declaration), declarations = declarations, patches = patches),
-        DefaultInfo(files = depset(declarations + patches)),
+        PatchSeriesInfo(
+            name = _series_name(ctx.file.declaration),
+            declarations = declarations,
+            patches = patches,
+            package_files = package_files,
+        ),
+        DefaultInfo(files = depset(declarations + patches + [p.file for p in package_files])),
     ]
 
 patch_series = rule(
@@ -42,6 +62,7 @@ patch_series = rule(
         "declaration": attr.label(allow_single_file = ["series.json"], mandatory = True),
         "patches": attr.label_list(allow_files = [".diff", ".patch"], doc = "glob([\"<series>/*.diff\"]): every patch file of the directory"),
         "extends": attr.label(providers = [PatchSeriesInfo], doc = "the parent series (same as `extends` in series.json)"),
+        "packages": attr.label_list(allow_files = [".py"], doc = "the files of each package series.json `packages` names (a filegroup in engine/<name>/)"),
     },
 )
 
@@ -67,12 +88,14 @@ def _patch_chain_impl(ctx):
     args.add("--declaration-out", declaration)
     args.add_all(series.declarations, before_each = "--expect-declaration")
     args.add_all(series.patches, before_each = "--expect-patch")
+    for p in series.package_files:
+        args.add("--package-file", "%s=%s" % (p.dst, p.file.path))
 
     ctx.actions.run(
         executable = ctx.executable._applier,
         arguments = [args],
         # The wheel itself, not its unpacked tree: one input to stage instead of thousands.
-        inputs = series.declarations + series.patches + [wheel],
+        inputs = series.declarations + series.patches + [p.file for p in series.package_files] + [wheel],
         outputs = [patched, provenance_json, provenance_text, declaration],
         mnemonic = "PatchChain",
         progress_message = "Verifying and applying patch series %s (%d patches)" % (series.name, len(series.patches)),

@@ -24,6 +24,7 @@ from .declaration import DECLARATION_NAME, load_chain
 from .errors import DeclarationError, PatchChainError, Where
 from .layout import LAYOUTS, SourceTree
 from .output import write_outputs
+from .packages import read_packages
 from .wheel import WheelTree, check_wheel
 
 
@@ -76,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="(Bazel) a declaration the rule passed; all must belong to the chain")
     ap.add_argument("--expect-patch", type=Path, action="append", default=[],
                     help="(Bazel) a patch file the rule passed; each must be declared")
+    ap.add_argument("--package-file", action="append", default=[], metavar="NAME/PATH=FILE",
+                    help="a file of a package the series ships (series.json `packages`), written to NAME/PATH")
     ap.add_argument("--check", action="store_true", help="verify only; write nothing")
     ap.add_argument("--quiet", action="store_true", help="print nothing on success (Bazel actions)")
     args = ap.parse_args(argv)
@@ -95,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
             tree = SourceTree(args.base_root, args.base_layout, args.allow_input_symlinks)
         tree.check_root()
         result = apply_chain(chain, tree, patch_bytes)
+        packages = read_packages(chain, args.package_file)
         if not args.check:
-            write_outputs(result, args.out_dir, args.provenance_json, args.provenance_text, args.declaration_out)
+            write_outputs(result, args.out_dir, args.provenance_json, args.provenance_text, args.declaration_out,
+                          packages=packages)
     except PatchChainError as e:
         print(f"patch chain {args.series}: {e}", file=sys.stderr)
         return 1

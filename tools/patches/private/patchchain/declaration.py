@@ -20,6 +20,7 @@ SCHEMA = 1
 _SHA = re.compile(r"[0-9a-f]{64}")
 _SERIES = re.compile(r"[a-z0-9][a-z0-9_-]*")
 _PATCH_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.(diff|patch)")
+_PACKAGE = re.compile(r"[a-z][a-z0-9_]*")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _HEAD = re.compile(r"[0-9a-f]{7,40}")
 _ENV = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -125,6 +126,7 @@ class SeriesDecl:
     base: BasePin | None  # only the root series declares it
     patches: tuple[PatchDecl, ...]
     pins: tuple[Pin, ...]
+    packages: tuple[str, ...] = ()  # Python packages the series' hooks call, shipped with it
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,7 @@ class Chain:
     base: BasePin
     patches: tuple[PatchDecl, ...] = field(default=())
     pins: tuple[Pin, ...] = field(default=())
+    packages: tuple[str, ...] = field(default=())
 
     @property
     def name(self) -> str:
@@ -300,7 +303,7 @@ def load_series(path: Path, *, rehashing: bool = False) -> SeriesDecl:
     r = _Reader(path, fix)
     if not _SERIES.fullmatch(name):
         raise r.fail("(directory)", f"series directory name {json.dumps(name)} must match {_SERIES.pattern}")
-    top = r.obj(_load_json(path), "(top level)", {"schema", "patches"}, {"description", "extends", "base", "pins"})
+    top = r.obj(_load_json(path), "(top level)", {"schema", "patches"}, {"description", "extends", "base", "pins", "packages"})
     if top["schema"] != SCHEMA:
         raise r.fail("schema", f"expected {SCHEMA}, got {json.dumps(top['schema'])}")
     description = r.string(top["description"], "description") if "description" in top else ""
@@ -346,7 +349,15 @@ def load_series(path: Path, *, rehashing: bool = False) -> SeriesDecl:
         _check_path(r, pin_path, k)
         e = r.obj(entry, k, {"sha256", "reason"})
         pins.append(Pin(name, pin_path, r.sha(e["sha256"], f"{k}.sha256", nullable=rehashing), r.string(e["reason"], f"{k}.reason")))
-    return SeriesDecl(name, path, description, extends, base, tuple(patches), tuple(pins))
+    packages_raw = top.get("packages", [])
+    if not isinstance(packages_raw, list):
+        raise r.fail("packages", "expected a list of Python package names (engine/<name>)")
+    packages = tuple(
+        r.string(v, f"packages[{i}]", _PACKAGE, "a Python package name under engine/") for i, v in enumerate(packages_raw)
+    )
+    if len(set(packages)) != len(packages):
+        raise r.fail("packages", "a package is listed twice")
+    return SeriesDecl(name, path, description, extends, base, tuple(patches), tuple(pins), packages)
 
 
 def load_chain(patches_dir: Path, series: str, *, rehashing: str | None = None) -> Chain:
@@ -391,7 +402,22 @@ def load_chain(patches_dir: Path, series: str, *, rehashing: str | None = None) 
         base=decls[0].base,
         patches=tuple(p for d in decls for p in d.patches),
         pins=tuple(pin for d in decls for pin in d.pins),
+        packages=_chain_packages(decls),
     )
+
+
+def _chain_packages(decls: list[SeriesDecl]) -> tuple[str, ...]:
+    owner: dict[str, str] = {}
+    for d in decls:
+        for package in d.packages:
+            if package in owner:
+                raise DeclarationError(
+                    f"{d.path}: packages: {package} is already declared by ancestor series {owner[package]}; "
+                    "an extension never copies its parent's entries",
+                    Where(file=str(d.path), fix=f"remove it from {d.path}"),
+                )
+            owner[package] = d.name
+    return tuple(owner)
 
 
 def _origin_json(o: Origin) -> dict:
@@ -451,6 +477,8 @@ def series_json(d: SeriesDecl) -> dict:
     out["patches"] = [patch_json(p) for p in d.patches]
     if d.pins:
         out["pins"] = {p.path: {"sha256": p.sha256, "reason": p.reason} for p in d.pins}
+    if d.packages:
+        out["packages"] = list(d.packages)
     return out
 
 
@@ -459,9 +487,12 @@ def dump_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
 
 
-def resolved_json(chain: Chain) -> dict:
-    """The chain as one document (parents included), for tools downstream of the build."""
-    return {
+def resolved_json(chain: Chain, package_digests: dict[str, str] | None = None) -> dict:
+    """The chain as one document (parents included), for tools downstream of the build.
+
+    `package_digests` (name -> sha256 over the package's files, packages.package_digest) puts the
+    shipped packages into the document, so the recipe fingerprint changes with them."""
+    out = {
         "schema": SCHEMA,
         "series": chain.name,
         "chain": [d.name for d in chain.series],
@@ -469,3 +500,6 @@ def resolved_json(chain: Chain) -> dict:
         "patches": [patch_json(p, with_location=True) for p in chain.patches],
         "pins": {p.path: {"series": p.series, "sha256": p.sha256, "reason": p.reason} for p in chain.pins},
     }
+    if chain.packages:
+        out["packages"] = {name: (package_digests or {}).get(name) for name in chain.packages}
+    return out

@@ -10,6 +10,7 @@ from . import VERSION
 from .chain import ChainResult
 from .declaration import patch_json
 from .layout import package_path
+from .packages import Packages
 
 APPLIER = "patchchain (tools/patches)"
 
@@ -22,7 +23,8 @@ def applier_sources_sha256() -> str:
     return h.hexdigest()
 
 
-def provenance_json(result: ChainResult) -> dict[str, Any]:
+def provenance_json(result: ChainResult, packages: Packages | None = None) -> dict[str, Any]:
+    packages = packages or Packages({}, {})
     chain = result.chain
     patches = []
     for i, p in enumerate(chain.patches, start=1):
@@ -42,7 +44,11 @@ def provenance_json(result: ChainResult) -> dict[str, Any]:
             link(step.path, step.before).append({"by": step.patch.name, "sha256": step.after})
     outputs = {package_path(path): chain_entry["chain"][-1]["sha256"] for path, chain_entry in sorted(files.items())
                if chain_entry["chain"][-1]["sha256"] is not None}
-    return {
+    shipped = {name: {"sha256": digest, "files": packages.file_hashes(name)} for name, digest in packages.digests.items()}
+    for package in shipped.values():
+        outputs.update(package["files"])
+    outputs = dict(sorted(outputs.items()))
+    doc = {
         "schema": 1,
         "series": chain.name,
         "chain": [d.name for d in chain.series],
@@ -54,6 +60,9 @@ def provenance_json(result: ChainResult) -> dict[str, Any]:
         "outputs": outputs,
         "deleted": sorted(package_path(path) for path, f in files.items() if f["chain"][-1]["sha256"] is None),
     }
+    if shipped:
+        doc["packages"] = shipped
+    return doc
 
 
 def provenance_text(doc: dict[str, Any]) -> str:
@@ -99,6 +108,9 @@ def provenance_text(doc: dict[str, Any]) -> str:
     if not doc["pins"]:
         lines.append("  (none)")
     lines.append("")
+    for name, package in doc.get("packages", {}).items():
+        lines.append(f"package {name} (engine/{name}), shipped with the series: sha256:{package['sha256']}")
+        lines.append("")
     lines.append("outputs (package-relative):")
     for path, digest in doc["outputs"].items():
         lines.append(f"  {digest}  {path}")

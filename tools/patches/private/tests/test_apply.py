@@ -153,3 +153,61 @@ def test_wrong_base_root_or_layout(synth, capsys):
     assert rc == 1
     assert f"the base root {synth.base} does not hold python/sglang/__init__.py" in err
     assert "--base-layout package" in err
+
+
+def _shipping(synth, tmp_path):
+    """v1 with one patch, shipping package `hooks` (two files on disk)."""
+    synth.add_series("v1", [("a.diff", patch_text(udiff(P + "mod.py", MODULE, EDIT1)))])
+    doc = synth.declaration("v1")
+    doc["packages"] = ["hooks"]
+    synth.save_declaration("v1", doc)
+    synth.rehash("v1")
+    src = tmp_path / "engine" / "hooks"
+    src.mkdir(parents=True)
+    (src / "__init__.py").write_text('"""hooks"""\n')
+    (src / "calls.py").write_text("X = 1\n")
+    return [f"hooks/{p.name}={p}" for p in sorted(src.iterdir())], src
+
+
+def test_a_shipped_package_is_written_beside_sglang_and_hashed_into_provenance(synth, capsys, tmp_path):
+    pairs, src = _shipping(synth, tmp_path)
+    rc, err = synth.apply("v1", capsys, *[a for p in pairs for a in ("--package-file", p)])
+    assert rc == 0, err
+    out = tree(synth.out / "patched")
+    assert out["hooks/calls.py"] == b"X = 1\n" and out["hooks/__init__.py"] == b'"""hooks"""\n'
+    prov = json.loads((synth.out / "PROVENANCE.json").read_text())
+    assert prov["packages"]["hooks"]["files"] == {"hooks/__init__.py": sha('"""hooks"""\n'), "hooks/calls.py": sha("X = 1\n")}
+    assert prov["outputs"]["hooks/calls.py"] == sha("X = 1\n")
+    first = json.loads((synth.out / "decl.json").read_text())["packages"]["hooks"]
+    assert first == prov["packages"]["hooks"]["sha256"]
+    # A changed byte in the package changes the resolved declaration (and so the fingerprint).
+    (src / "calls.py").write_text("X = 2\n")
+    shutil.rmtree(synth.out)
+    rc, err = synth.apply("v1", capsys, *[a for p in pairs for a in ("--package-file", p)])
+    assert rc == 0, err
+    assert json.loads((synth.out / "decl.json").read_text())["packages"]["hooks"] != first
+
+
+def test_a_declared_package_that_was_not_given_is_refused(synth, capsys, tmp_path):
+    _shipping(synth, tmp_path)
+    err = synth.apply_fails("v1", capsys)
+    assert "ships package hooks, but the action got no hooks/__init__.py" in err
+
+
+def test_a_package_the_series_does_not_declare_is_refused(synth, capsys, tmp_path):
+    pairs, _ = _shipping(synth, tmp_path)
+    stray = tmp_path / "stray.py"
+    stray.write_text("")
+    err = synth.apply_fails("v1", capsys, *[a for p in pairs for a in ("--package-file", p)],
+                            "--package-file", f"other/__init__.py={stray}")
+    assert "package other was given to the action but series v1 does not ship it" in err
+
+
+def test_a_package_name_that_is_not_an_identifier_is_refused(synth, capsys):
+    synth.add_series("v1", [("a.diff", patch_text(udiff(P + "mod.py", MODULE, EDIT1)))])
+    synth.rehash("v1")
+    doc = synth.declaration("v1")
+    doc["packages"] = ["Not-A-Package"]
+    synth.save_declaration("v1", doc)
+    err = synth.apply_fails("v1", capsys)
+    assert "packages[0]" in err and "a Python package name under engine/" in err

@@ -1,0 +1,139 @@
+"""The package on the host, without SGLang: the version check, the unpickling allowlist, the
+segment owner and sweep on the real /dev/shm, the call deadlines and the stall dump on a real
+event loop. The child protocol with SGLang's tokenizer and processors runs in the v3 image
+(patches/v3/tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import types
+from pathlib import Path
+
+import pytest
+
+from glm53_offload import offload_process, sglang_support, stall_dump
+
+
+def _fake_sglang(missing: str = ""):
+    modules = {}
+    for module_name, names in sglang_support.USES["0.5.19"].items():
+        modules[module_name] = types.SimpleNamespace(**{n: object() for n in names if f"{module_name}.{n}" != missing})
+    return modules.__getitem__
+
+
+def test_a_supported_sglang_with_every_name_passes():
+    sglang_support.check("0.5.19", import_module=_fake_sglang())
+
+
+def test_an_unlisted_version_is_refused_naming_it_and_the_table():
+    with pytest.raises(sglang_support.UnsupportedSGLang, match=r"supports SGLang 0\.5\.19, not 0\.5\.23.*USES"):
+        sglang_support.check("0.5.23", import_module=_fake_sglang())
+
+
+def test_a_missing_hook_is_refused_naming_it():
+    missing = "sglang.srt.managers.mm_utils.wrap_shm_features"
+    with pytest.raises(sglang_support.UnsupportedSGLang, match=missing.replace(".", r"\.")):
+        sglang_support.check("0.5.19", import_module=_fake_sglang(missing))
+
+
+def test_a_missing_module_is_refused_naming_it():
+    def import_module(name):
+        raise ModuleNotFoundError(f"No module named {name!r}")
+
+    with pytest.raises(sglang_support.UnsupportedSGLang, match="sglang.srt.environ"):
+        sglang_support.check("0.5.19", import_module=import_module)
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (os.system, ("true",))
+
+
+def test_a_childs_answer_naming_a_global_outside_the_allowlist_is_refused():
+    with pytest.raises(pickle.UnpicklingError, match=r"posix\.system|os\.system"):
+        offload_process._PersistentStrings(io.BytesIO(pickle.dumps(_Exploit())), [], {}).load()
+
+
+def test_a_childs_answer_gets_its_big_strings_back_by_persistent_id():
+    buffer = io.BytesIO()
+    big = "x" * (offload_process._BIG_STRING_CHARS + 1)
+    pickler = offload_process._BigStringsOut(buffer)
+    pickler.dump({"prompt": big, "n": 1})
+    assert pickler.strings == [big] and big.encode() not in buffer.getvalue()
+    loaded = offload_process._PersistentStrings(io.BytesIO(buffer.getvalue()), pickler.strings).load()
+    assert loaded == {"prompt": big, "n": 1}
+
+
+def test_deadlines_grow_with_the_payload():
+    small, big = offload_process.deadline_for(0), offload_process.deadline_for(64 << 20)
+    assert small == pytest.approx(offload_process.DEADLINE_BASE_S)
+    assert big == pytest.approx(offload_process.DEADLINE_BASE_S + 64 * offload_process.DEADLINE_S_PER_MB)
+
+
+def test_a_dead_owners_segments_are_swept_and_a_live_owners_are_kept(tmp_path):
+    shm = tmp_path  # the same code runs on /dev/shm; a private directory keeps tests apart
+    live = offload_process.SegmentOwner(str(shm))
+    (shm / (live.prefix("mm") + "a")).write_bytes(b"1" * 10)
+    script = (
+        "import sys; from glm53_offload import offload_process as o; "
+        "owner = o.SegmentOwner(sys.argv[1]); "
+        "open(sys.argv[1] + '/' + owner.prefix('mm') + 'b', 'wb').write(b'2' * 20); "
+        "print(owner.token, flush=True)"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    dead = subprocess.run([sys.executable, "-c", script, str(shm)], capture_output=True, text=True, env=env, check=True)
+    token = dead.stdout.strip()
+    assert any(token in p.name for p in shm.iterdir() if p.name.startswith("sgl_shm_mm_"))
+    assert offload_process.sweep_dead_owners(str(shm)) == (1, 20)
+    left = sorted(p.name for p in shm.iterdir())
+    assert left == sorted([Path(live.path).name, live.prefix("mm") + "a"])
+
+
+def test_the_real_dev_shm_takes_an_owner_file():
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm")
+    owner = offload_process.SegmentOwner()
+    try:
+        assert Path(owner.path).parent == Path("/dev/shm")
+        assert offload_process.sweep_dead_owners() is not None
+        assert Path(owner.path).exists()  # alive: never swept
+    finally:
+        os.unlink(owner.path)
+
+
+def test_the_stall_dump_names_the_blocking_frame(monkeypatch, capfd):
+    """A loop blocked until the dump was written: released by the dump, not by a clock."""
+    monkeypatch.setenv("SGLANG_EVENT_LOOP_STALL_DUMP_SECS", "2")
+    dumped = threading.Event()
+    real_write = os.write
+
+    def write(fd, data):
+        if fd == 2 and b"end of dump 1" in data:
+            dumped.set()
+        return real_write(fd, data)
+
+    monkeypatch.setattr(stall_dump.os, "write", write)
+
+    async def main():
+        dumper = stall_dump.install(asyncio.get_running_loop())
+        assert dumper is not None
+        await asyncio.sleep(0)
+        try:
+            _blocked_until_dumped(dumped)
+        finally:
+            dumper.stop()
+
+    asyncio.run(main())
+    err = capfd.readouterr().err
+    assert "[event-loop-stall]" in err
+    assert "_blocked_until_dumped" in err
+
+
+def _blocked_until_dumped(dumped: threading.Event) -> None:
+    assert dumped.wait(120), "no stall dump within 120 s"
