@@ -176,6 +176,33 @@ def glm_tokenizer() -> Any:
     return glm.build_tokenizer()
 
 
+def tokenizer_manager_modules() -> List[Any]:
+    """The modules TokenizerManager's code looks its globals up in: SGLang's tokenizer_manager,
+    and on v3 also the package module its mixin comes from (glm53_offload)."""
+    from sglang.srt.managers import tokenizer_manager
+
+    try:
+        from glm53_offload import tokenizer_manager_hooks
+    except ImportError:  # stock, or a v3 before the package
+        return [tokenizer_manager]
+    return [tokenizer_manager, tokenizer_manager_hooks]
+
+
+def tokenizer_manager_global(name: str, default: Any = None) -> Any:
+    """`name` as TokenizerManager's code sees it (the first module that has it)."""
+    for module in tokenizer_manager_modules():
+        if name in module.__dict__:
+            return module.__dict__[name]
+    return default
+
+
+def patch_tokenizer_manager_global(monkeypatch: pytest.MonkeyPatch, name: str, value: Any) -> None:
+    """Replace `name` in every module of tokenizer_manager_modules() that has it."""
+    for module in tokenizer_manager_modules():
+        if name in module.__dict__:
+            monkeypatch.setattr(module, name, value)
+
+
 def new_tokenizer_manager(tokenizer: Any = None) -> Any:
     """A bare `TokenizerManager`: `object.__new__` plus the attributes the tested methods read.
     The preprocessing workers are created through the patch's own init hook when the tree has

@@ -22,9 +22,9 @@ import threading
 from typing import Callable, List, Optional
 
 import pytest
+from conftest import patch_tokenizer_manager_global, tokenizer_manager_global
 
 from sglang.srt.managers import io_struct
-from sglang.srt.managers import tokenizer_manager as tokenizer_manager_module
 from sglang.srt.managers.io_struct import GenerateReqInput
 from sglang.srt.sampling.sampling_params import SamplingParams
 
@@ -91,13 +91,13 @@ def _request(text: str, rid: str) -> GenerateReqInput:
 
 def _record_array_threads(monkeypatch) -> List[str]:
     threads: List[str] = []
-    real_array = tokenizer_manager_module.array
+    real_array = tokenizer_manager_global("array")
 
     def recording_array(*args):
         threads.append(threading.current_thread().name)
         return real_array(*args)
 
-    monkeypatch.setattr(tokenizer_manager_module, "array", recording_array)
+    patch_tokenizer_manager_global(monkeypatch, "array", recording_array)
     return threads
 
 
@@ -127,7 +127,7 @@ def test_a_huge_request_is_built_and_serialized_off_the_loop(
         f"the ids array was built on {array_threads}"
     )
     expected = glm_tokenizer(huge_text)["input_ids"]
-    assert len(expected) > tokenizer_manager_module.__dict__.get("OFF_LOOP_DISPATCH_MIN_IDS", 0)
+    assert len(expected) > tokenizer_manager_global("OFF_LOOP_DISPATCH_MIN_IDS", 0)
     received = scheduler.receive()
     assert received.rid == "huge"
     assert list(received.input_ids) == expected

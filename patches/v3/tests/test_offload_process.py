@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import orjson
 import pytest
+from conftest import patch_tokenizer_manager_global, tokenizer_manager_global
 from test_dispatch_off_loop import _request, dispatching  # noqa: F401 (a fixture)
 from test_request_preprocessing_off_loop import (
     TOOLS,
@@ -34,10 +35,9 @@ from test_request_preprocessing_off_loop import (
     _chat,
 )
 
-from sglang.srt.managers import tokenizer_manager
 from sglang.srt.parser.template_manager import TemplateManager
 
-LARGE_CHARS = getattr(tokenizer_manager, "TOKENIZER_PROCESS_MIN_CHARS", 256 * 1024) + 4096
+LARGE_CHARS = tokenizer_manager_global("TOKENIZER_PROCESS_MIN_CHARS", 256 * 1024) + 4096
 SENTENCE = "the quick brown fox jumps over the lazy dog, naïve café 東京 "
 LARGE_TEXT = (SENTENCE * (LARGE_CHARS // len(SENTENCE) + 1))[:LARGE_CHARS]
 
@@ -767,14 +767,15 @@ def test_abort_during_the_chat_conversion_never_dispatches(
 def ids_freed(monkeypatch) -> List[Tuple[str, int]]:
     """(thread, ids freed) of every `_drop_ids` call."""
     freed: List[Tuple[str, int]] = []
-    real = tokenizer_manager._drop_ids
+    real = tokenizer_manager_global("_drop_ids")
+    assert real is not None, "this TokenizerManager frees no ids list on a lane (no _drop_ids)"
 
     def recording(held):
         count = real(held)
         freed.append((threading.current_thread().name, count))
         return count
 
-    monkeypatch.setattr(tokenizer_manager, "_drop_ids", recording)
+    patch_tokenizer_manager_global(monkeypatch, "_drop_ids", recording)
     return freed
 
 
@@ -790,7 +791,7 @@ def test_a_huge_prompts_ids_list_is_freed_on_a_lane_not_on_the_loop(dispatching,
     tm, scheduler, submit_until_dispatch = dispatching
     text = SENTENCE * 2000
     ids = len(tm.tokenizer.encode(text))
-    assert ids > tokenizer_manager.OFF_LOOP_DISPATCH_MIN_IDS, ids
+    assert ids > tokenizer_manager_global("OFF_LOOP_DISPATCH_MIN_IDS"), ids
 
     obj = GenerateReqInput(text=text, rid="huge", sampling_params={"max_new_tokens": 1})
     obj.normalize_batch_and_arguments()  # no return_prompt_token_ids: the list is not kept
@@ -816,7 +817,7 @@ def test_a_finished_requests_prompt_ids_list_is_freed_on_a_lane(dispatching, ids
 
     tm, scheduler, _ = dispatching
     _answerable(tm, monkeypatch)
-    ids = tokenizer_manager.OFF_LOOP_DISPATCH_MIN_IDS + 4000
+    ids = tokenizer_manager_global("OFF_LOOP_DISPATCH_MIN_IDS") + 4000
     obj = GenerateReqInput(input_ids=list(range(1000, 1000 + ids)), rid="chat-ids",
                            sampling_params={"max_new_tokens": 1})
 

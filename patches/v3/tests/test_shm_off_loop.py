@@ -28,6 +28,7 @@ from types import SimpleNamespace
 from typing import Any, List, Optional, Tuple
 
 import pytest
+from conftest import patch_tokenizer_manager_global, tokenizer_manager_global
 import torch
 
 from sglang.srt.managers import mm_utils
@@ -129,11 +130,9 @@ class CopyStandIns:
 def copy_stand_ins(monkeypatch, hold_factory):
     def install(discard_error: Optional[Exception] = None):
         stand_ins = CopyStandIns(hold_factory(), discard_error)
-        monkeypatch.setattr(tokenizer_manager_module, "wrap_shm_features", stand_ins.wrap)
-        # raising=False: stock 0.5.19's tokenizer_manager does not import the discard.
-        monkeypatch.setattr(
-            tokenizer_manager_module, "discard_shm_features", stand_ins.discard, raising=False
-        )
+        patch_tokenizer_manager_global(monkeypatch, "wrap_shm_features", stand_ins.wrap)
+        # Only where imported: stock 0.5.19's tokenizer_manager does not import the discard.
+        patch_tokenizer_manager_global(monkeypatch, "discard_shm_features", stand_ins.discard)
         return stand_ins
 
     return install
