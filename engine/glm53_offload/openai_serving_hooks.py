@@ -1,0 +1,80 @@
+"""What v3 adds to SGLang's OpenAIServingBase (SGLang 0.5.19): request conversion on a
+preprocessing lane, watched for aborts, and the request body size that picks the lane.
+"""
+
+from __future__ import annotations
+
+import logging
+from fastapi import Request
+from functools import lru_cache
+from typing import Optional
+
+from sglang.srt.entrypoints.openai.protocol import OpenAIServingRequest
+
+logger = logging.getLogger("sglang.srt.entrypoints.openai.serving_base")
+
+
+def request_body_size(raw_request: Optional[Request]) -> Optional[int]:
+    """The request's declared body size in bytes, or None when unknown."""
+    headers = getattr(raw_request, "headers", None)
+    length = headers.get("content-length") if headers is not None else None
+    try:
+        return int(length) if length is not None else None
+    except ValueError:
+        return None
+
+
+@lru_cache(maxsize=None)
+def _warn_inline_preprocessing(manager_type: type) -> None:
+    logger.warning(
+        "%s has no run_request_preprocessing(); request validation, chat-template "
+        "rendering and tokenization run on the event loop, which stalls /health "
+        "on large prompts.",
+        manager_type.__qualname__,
+    )
+
+
+class OpenAIServingBaseHooks:
+    """The methods v3 adds to SGLang's OpenAIServingBase."""
+
+    async def _run_preprocessing(
+        self, raw_request: Optional[Request], func, /, *args, **kwargs
+    ):
+        """Run a blocking preprocessing step on the tokenizer manager's worker
+        for this request's size. A manager without run_request_preprocessing
+        (a subclass or another frontend built on 0.5.19) runs it inline, as
+        0.5.19 did, after a one-time warning."""
+        run = getattr(self.tokenizer_manager, "run_request_preprocessing", None)
+        if run is None:
+            _warn_inline_preprocessing(type(self.tokenizer_manager))
+            return func(*args, **kwargs)
+        return await run(request_body_size(raw_request), func, *args, **kwargs)
+
+    async def _run_conversion(self, rid, raw_request, func, /, *args):
+        """_run_preprocessing for a step of a request's conversion, with `rid`
+        (a string or a batch's list) watched: an abort_request(rid) while the
+        step is on its lane finishes the request as aborted, undispatched,
+        when generate_request gets it. 0.5.19 converted on the loop, where no
+        abort came between the conversion and the dispatch; a manager
+        without begin_conversion (0.5.19's) drops such an abort."""
+        begin = getattr(self.tokenizer_manager, "begin_conversion", None)
+        watched = begin is not None and begin(rid)
+        try:
+            return await self._run_preprocessing(raw_request, func, *args)
+        finally:
+            if watched:
+                self.tokenizer_manager.end_conversion(rid)
+
+    def _validate_and_convert(self, request: OpenAIServingRequest, raw_request):
+        """(error message, None) for an invalid request, else (None, the
+        converted request pair)."""
+        error_msg = self._validate_request(request)
+        if error_msg:
+            return error_msg, None
+
+        # Log the raw OpenAI request payload before conversion to tokenized form.
+        request_logger = self.tokenizer_manager.request_logger
+        if request_logger.log_requests and request_logger.log_requests_level >= 2:
+            request_logger.log_openai_received_request(request, request=raw_request)
+
+        return None, self._convert_to_internal_request(request, raw_request)
