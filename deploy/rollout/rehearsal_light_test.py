@@ -2,7 +2,9 @@
 
 The stack is deploy/rollout/rehearsal_stack.py's light one: the long-context deployment on
 podman's Docker API in the project's shared podman storage, revisions A (r1 = r2 = v2) and B
-(the committed file, r2 on v3), both images loaded into podman, no compose manager.
+(the committed file, r2 on v3), both images loaded into podman, no compose manager; /health of
+both engines probed every 200 ms, a client's chat completions through nginx -> proxy every
+500 ms.
 
 1. deploy A with `up --wait`: every engine healthy, answering through nginx -> proxy;
 2. `rollout apply` A -> B for r2, the command an operator runs (`--no-manager`, a 2 s bake):
