@@ -86,6 +86,27 @@ def test_quick_rule_passes_when_every_large_prompt_used_the_child():
     assert checks.quick_failures(_summary(_v3_session(uses=3))) == []
 
 
+def test_v3_half_of_the_quick_rule_needs_no_stock_arm():
+    # health_stall --arms v3 --check-v3 (//lab:quick_v3_test): v3's bound and counters only
+    alone = results.combine({"v3": {n: _stats(30.0) for n in checks.QUICK_REQUESTS}}, ("v3",))
+    alone["offload"] = {"v3": offload.arm_offload(_v3_session())}
+    results.validate(alone, ("v3",))
+    assert checks.quick_failures(alone, baseline=False) == []
+    # the whole rule still asks for the stock arm
+    assert [f.split(": ", 1)[1] for f in checks.quick_failures(alone)] == \
+        ["the quick rule compares the stock and v3 arms; run both (--arms stock,v3)"] * 2
+    slow = results.combine({"v3": {n: _stats(300.0) for n in checks.QUICK_REQUESTS}}, ("v3",))
+    slow["offload"] = {"v3": offload.arm_offload(_v3_session(fallbacks=1))}
+    failures = checks.quick_failures(slow, baseline=False)
+    assert failures[:2] == [f"{n}: v3 worst probe 300 ms, expected < 250 ms" for n in checks.QUICK_REQUESTS]
+    assert failures[2].startswith("v3 text phase: tokenizer_process.fallbacks +1")
+    # with both arms present, stock's results are not judged (here a stock that did not stall)
+    both = results.combine({arm: {n: _stats(30.0) for n in checks.QUICK_REQUESTS} for arm in ("stock", "v3")})
+    both["offload"] = {"stock": offload.arm_offload(_stock_session()), "v3": offload.arm_offload(_v3_session())}
+    assert checks.quick_failures(both, baseline=False) == []
+    assert [f for f in checks.quick_failures(both) if "stock worst probe 30 ms" in f]
+
+
 def test_quick_rule_fails_on_a_fallback():
     (failure,) = checks.quick_failures(_summary(_v3_session(fallbacks=1)))
     assert failure.startswith("v3 text phase: tokenizer_process.fallbacks +1, expected 0")

@@ -14,6 +14,10 @@ The drain API the rollout tool uses (deploy/rollout/drain.py; docs/rollout.md, "
     POST /_rollout/restore?backend=HOST   HOST is routed to again
 
     python3 standin.py --port 8000 --backend http://proxy-glm53:8000 [--backend ...]
+
+SIGTERM ends it at once, as it ends nginx: it runs as the container's PID 1, for which the
+kernel ignores a signal without a handler, so `stop`/`down` would otherwise wait out the grace
+period (10 s per stand-in at the rehearsal's teardown).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import argparse
 import http.client
 import itertools
 import json
+import signal
+import sys
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -149,6 +155,7 @@ def main() -> None:
     backends = [(urlsplit(b).hostname, urlsplit(b).port or 80) for b in args.backend]
     server = ThreadingHTTPServer(("0.0.0.0", args.port), make_handler(backends))
     server.daemon_threads = True
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     print(f"standin: :{args.port} -> {', '.join(args.backend)}", flush=True)
     server.serve_forever()
 
