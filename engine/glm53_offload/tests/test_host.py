@@ -101,8 +101,8 @@ def test_the_real_dev_shm_takes_an_owner_file():
     owner = offload_process.SegmentOwner()
     try:
         assert Path(owner.path).parent == Path("/dev/shm")
-        assert offload_process.sweep_dead_owners() is not None
-        assert Path(owner.path).exists()  # alive: never swept
+        offload_process.sweep_dead_owners()
+        assert Path(owner.path).exists()  # alive: a sweep of the real /dev/shm keeps it
     finally:
         os.unlink(owner.path)
 
