@@ -386,7 +386,9 @@ class Stack:
         try:
             if self.service.proc is not None and self.files:
                 start = time.monotonic()
-                self.compose("a").run("down", "--volumes", "--remove-orphans", "--timeout", "10", timeout_s=300, check=False)
+                # --timeout 1: the teardown checks nothing about a stop (the rollouts' stops use the
+                # committed grace), and the engines' graceful stop waits on sglang's 5 s watchdog.
+                self.compose("a").run("down", "--volumes", "--remove-orphans", "--timeout", "1", timeout_s=300, check=False)
                 log(f"teardown: `down --volumes` took {time.monotonic() - start:.0f} s")
                 left = project_objects(self.api, self.project)
                 if any(left.values()):
