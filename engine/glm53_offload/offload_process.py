@@ -32,11 +32,16 @@ Roles:
       1 = add special tokens; payload = UTF-8 text; result = int64 ids.
   json: no setup; payload = a JSON document; result = its orjson.loads,
       pickled with every string over 64 K characters taken out as a
-      persistent id: frame(pickle), then frame(UTF-8) per such string.
-      The parent decodes those one at a time (a base64 image, or a prompt,
-      per step: a copy, not a parse), then unpickles the small rest. An
-      error orjson raises comes back as its message and position, so the
-      parent raises orjson's own error without parsing the body again.
+      persistent id: frame(pickle), frame(int64 start, end pairs), then
+      frame(UTF-8) per string copied. A big string literal of printable
+      ASCII with no escape (a base64 image) is its own bytes in the body:
+      the child sends only where it is (id -1 - i for pair i), and the
+      parent decodes it from its own copy of the body. Any other big string
+      (escapes, non-ASCII text) is copied back (id j for string frame j).
+      The parent decodes those one at a time (a copy, not a parse), then
+      unpickles the small rest. An error orjson raises comes back as its
+      message and position, so the parent raises orjson's own error without
+      parsing the body again.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ import logging
 import mmap
 import os
 import pickle
+import re
 import secrets
 import select
 import signal
@@ -713,9 +719,9 @@ class JsonProcess(_Child):
             for start in range(0, len(view), _SLICE_BYTES)
         )
         def convert(index: int, frame):
-            if index == 0:
-                return bytes(frame)  # the pickle of the rest
-            if index > 1:
+            if index < 2:
+                return bytes(frame)  # the pickle of the rest; the spans
+            if index > 2:
                 time.sleep(0)  # releases the GIL: a waiting loop thread runs now
             return str(frame, "utf-8", "surrogatepass")
 
@@ -725,7 +731,18 @@ class JsonProcess(_Child):
             if report.kind == "JSONDecodeError":
                 raise orjson_error(report, document) from None
             raise
-        return _PersistentStrings(io.BytesIO(result[0]), result[1:]).load()
+        spans = array("q")
+        spans.frombytes(result[1])
+        in_place = []
+        for index in range(0, len(spans), 2):
+            if index:
+                time.sleep(0)
+            in_place.append(str(view[spans[index] : spans[index + 1]], "ascii"))
+        # Per big string: read from the body here, or copied back (escapes,
+        # non-ASCII text) through the pipe.
+        STATS.count(JsonBodyParser.PATH, "strings_in_place", len(in_place))
+        STATS.count(JsonBodyParser.PATH, "strings_copied", len(result) - 2)
+        return _PersistentStrings(io.BytesIO(result[0]), result[2:], in_place=in_place).load()
 
 
 class _PersistentStrings(pickle.Unpickler):
@@ -739,13 +756,16 @@ class _PersistentStrings(pickle.Unpickler):
         file,
         strings: List[str],
         allowed: Optional[Dict[Tuple[str, str], Any]] = None,
+        in_place: Optional[List[str]] = None,
     ) -> None:
         super().__init__(file)
         self._strings = strings
         self._allowed = allowed or {}
+        self._in_place = in_place or []
 
     def persistent_load(self, pid: int) -> str:
-        return self._strings[pid]
+        # -1 - i: string i of those read from the body in place.
+        return self._strings[pid] if pid >= 0 else self._in_place[-1 - pid]
 
     def find_class(self, module: str, name: str) -> Any:
         try:
@@ -777,6 +797,75 @@ class _BigStringsOut(pickle.Pickler):
             self.strings.append(obj)
             return len(self.strings) - 1
         return None
+
+
+class _InPlaceStringsOut(_BigStringsOut):
+    """_BigStringsOut for a body parsed with its in-place literals replaced by
+    `marker` + index (_in_place_literals): each such placeholder pickles as
+    persistent id -1 - index."""
+
+    def __init__(self, file, marker: str) -> None:
+        super().__init__(file)
+        self._marker = marker
+
+    def persistent_id(self, obj):
+        if type(obj) is str and obj.startswith(self._marker):
+            return -1 - int(obj[len(self._marker) :])
+        return super().persistent_id(obj)
+
+
+# The rest of a string literal with an escape in it, to its closing quote.
+_ESCAPED_STRING_REST = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+
+
+def _in_place_literals(document) -> List[Tuple[int, int]]:
+    """(start, end) of the content of every string literal of `document` over
+    _BIG_STRING_CHARS bytes that is printable ASCII with no escape, in order.
+    Such a literal's value is its bytes; its content can be swapped for any
+    other valid content without changing how the rest parses. A document that
+    is not JSON gives spans orjson's own parse then rejects anyway (the spans
+    follow JSON's lexing: a string ends at its first unescaped quote)."""
+    import numpy
+
+    spans = []
+    find = document.find
+    position = 0
+    while True:
+        start = find(b'"', position)
+        end = find(b'"', start + 1) if start >= 0 else -1
+        if end < 0:
+            return spans
+        if find(b"\\", start + 1, end) >= 0:
+            rest = _ESCAPED_STRING_REST.match(document, start + 1)
+            if rest is None:
+                return spans
+            position = rest.end()
+            continue
+        if end - start - 1 > _BIG_STRING_CHARS:
+            content = numpy.frombuffer(document, numpy.uint8, end - start - 1, start + 1)
+            if content.min() >= 0x20 and content.max() < 0x80:
+                spans.append((start + 1, end))
+        position = end + 1
+
+
+def _parse_with_literals_in_place(document) -> Tuple[Any, List[Tuple[int, int]], str]:
+    """orjson.loads(document) with each _in_place_literals span's value
+    replaced by the placeholder `marker` + its index: (parsed, spans, marker).
+    The marker holds 128 random bits, so no text of the body can forge one."""
+    import orjson
+
+    spans = _in_place_literals(document)
+    if not spans:
+        return orjson.loads(document), spans, ""
+    marker = "\x00" + secrets.token_hex(16) + ":"
+    escaped = b"\\u0000" + marker[1:].encode()
+    view = memoryview(document)
+    pieces, previous = [], 0
+    for index, (start, end) in enumerate(spans):
+        pieces += (view[previous:start], escaped + str(index).encode())
+        previous = end
+    pieces.append(view[previous:])
+    return orjson.loads(b"".join(pieces)), spans, marker
 
 
 class OffloadQueueFull(RuntimeError):
@@ -1411,7 +1500,11 @@ def _serve_json(inp: BinaryIO, out: BinaryIO) -> None:
         def parse():
             nonlocal document
             try:
-                parsed = orjson.loads(document)
+                try:
+                    parsed, spans, marker = _parse_with_literals_in_place(document)
+                except orjson.JSONDecodeError:
+                    # Positions in the error are the whole document's.
+                    parsed, spans, marker = orjson.loads(document), [], ""
             except orjson.JSONDecodeError as error:
                 error.offload_details = {
                     "str": str(error),
@@ -1423,7 +1516,7 @@ def _serve_json(inp: BinaryIO, out: BinaryIO) -> None:
                 raise
             document = None  # the body is not needed past the parse
             skeleton = io.BytesIO()
-            pickler = _BigStringsOut(skeleton)
+            pickler = _InPlaceStringsOut(skeleton, marker) if marker else _BigStringsOut(skeleton)
             pickler.dump(parsed)
             # The memo references every container of the parsed body (and so
             # every string in it): cleared, only pickler.strings keeps them.
@@ -1432,6 +1525,7 @@ def _serve_json(inp: BinaryIO, out: BinaryIO) -> None:
 
             def frames():
                 yield skeleton.getvalue()
+                yield array("q", [offset for span in spans for offset in span]).tobytes()
                 strings = pickler.strings
                 for index in range(len(strings)):
                     # One UTF-8 copy at a time: the child's peak is the parsed

@@ -70,6 +70,19 @@ def test_a_childs_answer_gets_its_big_strings_back_by_persistent_id():
     assert loaded == {"prompt": big, "n": 1}
 
 
+def test_a_placeholder_pickles_as_the_in_place_string_it_stands_for():
+    """The JSON child's placeholders (marker + index) become ids -1 - index; the parent puts the
+    string it read from the body there. A text that only looks like one stays text."""
+    marker = "\x00" + "ab" * 16 + ":"
+    big = "y" * (offload_process._BIG_STRING_CHARS + 1)
+    buffer = io.BytesIO()
+    pickler = offload_process._InPlaceStringsOut(buffer, marker)
+    pickler.dump({"images": [marker + "1", marker + "0"], "text": big, "fake": "\x00ab:0"})
+    loaded = offload_process._PersistentStrings(
+        io.BytesIO(buffer.getvalue()), pickler.strings, in_place=["first", "second"]).load()
+    assert loaded == {"images": ["second", "first"], "text": big, "fake": "\x00ab:0"}
+
+
 def test_deadlines_grow_with_the_payload():
     small, big = offload_process.deadline_for(0), offload_process.deadline_for(64 << 20)
     assert small == pytest.approx(offload_process.DEADLINE_BASE_S)

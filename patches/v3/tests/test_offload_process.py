@@ -268,6 +268,56 @@ def test_large_body_is_parsed_in_another_process(parse_calls):
     assert type(parsed["temperature"]) is float and parsed["max_tokens"] == 2**40
 
 
+def _image_literals_body(images: int = 8, image_bytes: int = 300_000) -> tuple:
+    """A chat body whose big strings take every path back from the JSON child: base64 images (read
+    in place), plus a big string with escapes, a big non-ASCII text and a big dict key (copied),
+    and short strings that look like the child's placeholders."""
+    urls = ["data:image/png;base64," + chr(65 + i) * image_bytes for i in range(images)]
+    escaped = 'say "hi"\n' * 20_000
+    body = orjson.dumps({
+        "model": "glm",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "\u0000" + "0" * 32 + ":0"}]
+                      + [{"type": "image_url", "image_url": {"url": url}} for url in urls]},
+                     {"role": "assistant", "content": escaped}],
+        "metadata": {"B" * 70_000: LARGE_TEXT[:100_000], "n": 1},
+        "tools": TOOLS,
+    })
+    return body, images + 1, 2  # in place: the images and the key; copied: escaped, non-ASCII
+
+
+def test_a_large_image_body_reads_its_images_in_place(parse_calls):
+    """The JSON child sends back where each base64 image is in the body, not the image: the
+    server decodes it from its own copy (one copy, not the child's encode, two pipe copies and a
+    decode). The parse equals orjson's for every kind of big string, counted per path."""
+    body, in_place, copied = _image_literals_body()
+    expected = orjson.loads(body)
+    parse_calls.clear()
+    before = _counts()
+
+    parsed = _parse_as_the_server_does(body)
+
+    assert parsed == expected and [n for n in parse_calls if n >= LARGE_BODY_BYTES] == []
+    delta = _delta(before, "json_process.strings")
+    assert delta == {"json_process.strings_in_place": in_place,
+                     "json_process.strings_copied": copied}, delta
+
+
+@pytest.mark.parametrize("bad", [b"\x01", b"\xff", b"\xed\xa0\x80"])
+def test_a_bad_byte_in_a_big_literal_raises_orjsons_own_error(parse_calls, bad):
+    """A control character or invalid UTF-8 inside a big string: orjson refuses the body, and so
+    does the server, with orjson's own message and position (not the rewritten document's)."""
+    body = orjson.dumps({"model": "glm", "pad": "x" * 10, "image": "A" * (LARGE_BODY_BYTES // 2)})
+    cut = body.index(b"AAAA") + 100_000
+    body = body[:cut] + bad + body[cut + 1:]
+    with pytest.raises(orjson.JSONDecodeError) as expected:
+        orjson.loads(body)
+
+    with pytest.raises(orjson.JSONDecodeError) as got:
+        _parse_as_the_server_does(body)
+
+    assert (str(got.value), got.value.pos) == (str(expected.value), expected.value.pos)
+
+
 def test_a_large_invalid_body_raises_orjsons_own_error(parse_calls):
     body = _large_chat_body()[:-1]  # truncated: not JSON
     with pytest.raises(orjson.JSONDecodeError) as expected:
@@ -306,7 +356,8 @@ def test_a_killed_json_process_costs_no_request(parse_calls, caplog):
     (second,) = parser._processes
     assert second.pid != first.pid
     assert _delta(before) == {"json_process.fallbacks": 1, "json_process.restarts": 1,
-                              "json_process.uses": 1}
+                              "json_process.uses": 1, "json_process.strings_in_place": 3,
+                              "json_process.strings_copied": 1}
 
 
 @pytest.mark.detects_stock_bug
