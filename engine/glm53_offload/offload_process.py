@@ -32,7 +32,8 @@ Roles:
       1 = add special tokens; payload = UTF-8 text; result = int64 ids.
   json: no setup; payload = a JSON document; result = its orjson.loads,
       pickled with every string over 64 K characters taken out as a
-      persistent id: frame(pickle), frame(int64 start, end pairs), then
+      persistent id: frame(pickle), frame(int64 count, then start, end
+      pairs), then
       frame(UTF-8) per string copied. A big string literal of printable
       ASCII with no escape (a base64 image) is its own bytes in the body:
       the child sends only where it is (id -1 - i for pair i), and the
@@ -734,8 +735,8 @@ class JsonProcess(_Child):
         spans = array("q")
         spans.frombytes(result[1])
         in_place = []
-        for index in range(0, len(spans), 2):
-            if index:
+        for index in range(1, len(spans), 2):
+            if index > 1:
                 time.sleep(0)
             in_place.append(str(view[spans[index] : spans[index + 1]], "ascii"))
         # Per big string: read from the body here, or copied back (escapes,
@@ -1525,7 +1526,8 @@ def _serve_json(inp: BinaryIO, out: BinaryIO) -> None:
 
             def frames():
                 yield skeleton.getvalue()
-                yield array("q", [offset for span in spans for offset in span]).tobytes()
+                # Led by the count: an empty frame would end the answer.
+                yield array("q", [len(spans)] + [offset for span in spans for offset in span]).tobytes()
                 strings = pickler.strings
                 for index in range(len(strings)):
                     # One UTF-8 copy at a time: the child's peak is the parsed

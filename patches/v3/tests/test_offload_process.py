@@ -302,6 +302,21 @@ def test_a_large_image_body_reads_its_images_in_place(parse_calls):
                      "json_process.strings_copied": copied}, delta
 
 
+def test_a_large_body_with_no_image_is_parsed_by_the_child_too(parse_calls):
+    """A big text body (non-ASCII, no string read in place) goes the same way, with no fallback."""
+    body = orjson.dumps({"model": "glm", "messages": [{"role": "user", "content": LARGE_TEXT * 8}]})
+    assert len(body) > LARGE_BODY_BYTES
+    expected = orjson.loads(body)
+    parse_calls.clear()
+    before = _counts()
+
+    parsed = _parse_as_the_server_does(body)
+
+    assert parsed == expected and [n for n in parse_calls if n >= LARGE_BODY_BYTES] == []
+    assert _delta(before, "json_process") == {"json_process.uses": 1,
+                                              "json_process.strings_copied": 1}
+
+
 @pytest.mark.parametrize("bad", [b"\x01", b"\xff", b"\xed\xa0\x80"])
 def test_a_bad_byte_in_a_big_literal_raises_orjsons_own_error(parse_calls, bad):
     """A control character or invalid UTF-8 inside a big string: orjson refuses the body, and so
