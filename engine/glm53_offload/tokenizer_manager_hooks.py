@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import copy
+import ctypes
 import dataclasses
 import fastapi
 import logging
@@ -130,14 +131,40 @@ def _watchable_rids(rid) -> Tuple[str, ...]:
 
 def _ids_in_slices(ids, make):
     """make(ids) (array("q", ...) or list), built IDS_SLICE ids at a time
-    with the GIL offered to other threads between the slices."""
+    with the GIL offered to other threads between the slices. A list this
+    builds is untracked by the cycle collector (_untrack_ids)."""
     if not isinstance(ids, (list, array)) or len(ids) <= IDS_SLICE:
         return make(ids)
     out = make(ids[:IDS_SLICE])
     for start in range(IDS_SLICE, len(ids), IDS_SLICE):
         time.sleep(0)  # releases the GIL: a waiting loop thread runs now
         out.extend(ids[start : start + IDS_SLICE])
+    if type(out) is list:
+        _untrack_ids(out)
     return out
+
+
+try:
+    _GC_UNTRACK = ctypes.pythonapi.PyObject_GC_UnTrack
+    _GC_UNTRACK.argtypes, _GC_UNTRACK.restype = [ctypes.py_object], None
+except AttributeError:  # not CPython
+    _GC_UNTRACK = None
+
+
+def _untrack_ids(ids: list) -> None:
+    """Take a list of ints out of the cycle collector's view. Every
+    collection of a generation that holds a tracked list walks all of its
+    items with the GIL held, on whichever thread allocated next (often the
+    event loop): a 1.5 M-id prompt list cost 11.5 ms in a gen0 collection and
+    6.5 ms in a gen1 one (measured in the v3 image). A list of ints is in no
+    reference cycle; refcounting still frees it."""
+    if _GC_UNTRACK is None:
+        OFFLOAD_STATS.slow_path(
+            "ids_lists", "tracked", "this Python has no PyObject_GC_UnTrack"
+        )
+        return
+    _GC_UNTRACK(ids)
+    OFFLOAD_STATS.count("ids_lists", "untracked")
 
 
 @dataclasses.dataclass

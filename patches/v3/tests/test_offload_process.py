@@ -117,6 +117,26 @@ def test_large_generate_prompt_is_encoded_in_another_process(
     assert token_type_ids is None
 
 
+def test_a_large_prompts_ids_list_is_out_of_the_cycle_collectors_view(
+    make_tokenizer_manager, glm_tokenizer
+):
+    """Every collection of a generation holding a tracked list walks all its items with the GIL
+    held, on whichever thread allocates next, often the loop (11.5 ms in gen0 for the lab's
+    1.5 M-id chat prompt). The lane's ids list is untracked, and is still the tokenizer's ids."""
+    import gc
+
+    tm = make_tokenizer_manager(glm_tokenizer)
+    text = LARGE_TEXT * 4
+    before = _counts()
+
+    input_ids, _ = asyncio.run(tm._tokenize_texts(text))
+
+    assert len(input_ids) > tokenizer_manager_global("IDS_SLICE")
+    assert type(input_ids) is list and not gc.is_tracked(input_ids)
+    assert input_ids == glm_tokenizer.encode(text)
+    assert _delta(before, "ids_lists") == {"ids_lists.untracked": 1}
+
+
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 def test_large_tools_chat_prompt_is_identical_and_encoded_in_another_process(
