@@ -221,6 +221,7 @@ def test_serialized_bytes_read_back_as_the_request(dispatching, huge_text, monke
     assert list(small.input_ids) == tm.tokenizer("small prompt")["input_ids"]
 
 
+@pytest.mark.detects_stock_bug
 def test_a_huge_prompt_text_is_pickled_a_slice_at_a_time(monkeypatch):
     """pickle encodes a string to UTF-8 in one GIL-holding call (15 ms for the lab's 4.7 MB chat,
     on the request's lane, while the loop waits). Sliced, no write carries more than one slice of
