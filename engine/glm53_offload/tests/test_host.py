@@ -6,6 +6,7 @@ event loop. The child protocol with SGLang's tokenizer and processors runs in th
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import io
 import os
 import pickle
@@ -81,6 +82,52 @@ def test_a_placeholder_pickles_as_the_in_place_string_it_stands_for():
     loaded = offload_process._PersistentStrings(
         io.BytesIO(buffer.getvalue()), pickler.strings, in_place=["first", "second"]).load()
     assert loaded == {"images": ["second", "first"], "text": big, "fake": "\x00ab:0"}
+
+
+def _recorded_copies(monkeypatch) -> list:
+    """The lengths of offload_process's memmove copies, the real copies still made."""
+    copies = []
+
+    def memmove(target, source, size):
+        copies.append(size)
+        return ctypes.memmove(target, source, size)
+
+    monkeypatch.setattr(offload_process, "_memmove", memmove)
+    return copies
+
+
+def test_an_in_place_string_is_copied_a_slice_at_a_time_with_the_gil_released(monkeypatch):
+    """A base64 image read from the body: built by copies of at most one slice each, by a
+    foreign call that releases the GIL (CFUNCTYPE, not PYFUNCTYPE), so the event loop runs
+    between and during them; the text equals str()'s, at offsets that cross slice bounds."""
+    slice_bytes = offload_process._SLICE_BYTES
+    body = bytes(range(32, 127)) * ((3 * slice_bytes + slice_bytes // 2) // 95 + 2)
+    view = memoryview(body)
+    start, end = 7, 7 + 3 * slice_bytes + slice_bytes // 2
+    copies = _recorded_copies(monkeypatch)
+    before = offload_process.STATS.snapshot()
+
+    text = offload_process.ascii_text(view, start, end)
+
+    assert text == body[start:end].decode("ascii") and type(text) is str
+    assert copies == [slice_bytes] * 3 + [slice_bytes // 2], copies
+    assert not ctypes.memmove._flags_ & ctypes._FUNCFLAG_PYTHONAPI
+    after = offload_process.STATS.snapshot()
+    assert after.get("json_process.strings_in_place_sliced", 0) == \
+        before.get("json_process.strings_in_place_sliced", 0) + 1
+
+
+@pytest.mark.parametrize("start,end", [(-1, 10), (5, 4), (0, 1 << 21)])
+def test_a_span_outside_the_body_is_refused(start, end):
+    with pytest.raises(offload_process.OffloadProcessError, match=f"bytes {start}-{end} of a 4096-byte body"):
+        offload_process.ascii_text(memoryview(b"a" * 4096), start, end)
+
+
+def test_a_span_over_a_non_ascii_byte_is_refused_naming_it():
+    """A child decodes untrusted bytes: a span it names is checked, never trusted to be ASCII."""
+    body = b"a" * 3_000_000 + b"\xc3\xa9" + b"a" * 10
+    with pytest.raises(offload_process.OffloadProcessError, match="byte 3000000 is not"):
+        offload_process.ascii_text(memoryview(body), 0, len(body))
 
 
 def test_deadlines_grow_with_the_payload():

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import ctypes
 import logging
 import os
 import signal
@@ -321,7 +322,34 @@ def test_a_large_image_body_reads_its_images_in_place(parse_calls):
     assert parsed == expected and [n for n in parse_calls if n >= LARGE_BODY_BYTES] == []
     delta = _delta(before, "json_process.strings")
     assert delta == {"json_process.strings_in_place": in_place,
+                     "json_process.strings_in_place_sliced": in_place,
                      "json_process.strings_copied": copied}, delta
+
+
+@pytest.mark.detects_stock_bug
+def test_a_big_image_is_built_from_the_body_a_slice_at_a_time(parse_calls, monkeypatch):
+    """A 48 MP image's base64 is tens of MB: one str() of it held the GIL 25 ms in the lab (the
+    body-parse thread, the loop waiting). It is built by copies of at most one slice each, with
+    the GIL released for each copy."""
+    from glm53_offload import offload_process
+
+    copies = []
+
+    def memmove(target, source, size):
+        copies.append(size)
+        return ctypes.memmove(target, source, size)
+
+    monkeypatch.setattr(offload_process, "_memmove", memmove)
+    body, in_place, _ = _image_literals_body(images=2, image_bytes=3_500_000)
+    expected = orjson.loads(body)
+    before = _counts()
+
+    parsed = _parse_as_the_server_does(body)
+
+    assert parsed == expected
+    assert copies and max(copies) <= offload_process._SLICE_BYTES and sum(copies) > 7_000_000, copies
+    assert _delta(before, "json_process.strings_in_place")[
+        "json_process.strings_in_place_sliced"] == in_place
 
 
 @pytest.mark.detects_stock_bug
@@ -395,7 +423,7 @@ def test_a_killed_json_process_costs_no_request(parse_calls, caplog):
     assert second.pid != first.pid
     assert _delta(before) == {"json_process.fallbacks": 1, "json_process.restarts": 1,
                               "json_process.uses": 1, "json_process.strings_in_place": 3,
-                              "json_process.strings_copied": 1}
+                              "json_process.strings_in_place_sliced": 3, "json_process.strings_copied": 1}
 
 
 @pytest.mark.detects_stock_bug
