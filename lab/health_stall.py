@@ -1,9 +1,9 @@
 """Reproduces the /health stall on CPU: the real SGLang server, one image per arm, measured.
 
-    bazel run //lab:health_stall -- [--quick] [--arms stock,upstream,v3] [--out DIR] [--interval-ms 10]
+    bazel run //lab:health_stall -- [--quick] [--arms stock,upstream,v3,v4] [--out DIR] [--interval-ms 10]
 
 For each arm (an image label: stock = the 0.5.19 CPU base, upstream = the 0.5.23 CPU base,
-v3 = //recipes:glm53_v3) one podman container with no network runs
+v3 = //recipes:glm53_v3, v4 = //recipes:glm53_v4) one podman container with no network runs
 lab/in_container/session.py: the real `python3 -m sglang.launch_server` with a fake scheduler
 plugin, a /health prober process (every 10 ms by default), py-spy sampling the server, and a
 client sending seeded synthetic requests one at a time, optionally a flood of new multi-MB

@@ -245,7 +245,7 @@ def flood_table(flood: dict[str, FloodStats], rps: float, minutes: float, body_b
     return "\n".join(lines) + "\n"
 
 
-ARM_COLORS = {"stock": "C3", "v3": "C0", "upstream": "C2"}
+ARM_COLORS = {"stock": "C3", "v3": "C0", "upstream": "C2", "v4": "C1"}
 MARGIN_S = 1.5  # quiet time shown before and after each request
 
 
