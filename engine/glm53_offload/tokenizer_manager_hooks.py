@@ -352,11 +352,15 @@ class OffloadTokenizerManagerMixin:
     def tokenizer(self, value) -> None:
         self._tokenizer = value
 
-    def encode_prompt(self, text: str, **kwargs) -> List[int]:
+    def encode_prompt(self, text: str, fallback=None, **kwargs) -> List[int]:
         """self.tokenizer.encode(text, **kwargs); a large prompt on a
-        preprocessing lane is encoded by the lane's tokenizer process."""
+        preprocessing lane is encoded by the lane's tokenizer process.
+        `fallback(tokenizer, text, kwargs)`, if given, encodes what stays here
+        (0.5.23's chat path: parallel_prompt_encode)."""
         ids = self._encode_in_lane_process(text, **kwargs)
         if ids is None:
+            if fallback is not None:
+                return fallback(self.tokenizer, text, kwargs)
             ids = self.tokenizer.encode(text, **kwargs)
         return ids
 
