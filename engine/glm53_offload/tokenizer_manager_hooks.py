@@ -356,12 +356,21 @@ class OffloadTokenizerManagerMixin:
         """self.tokenizer.encode(text, **kwargs); a large prompt on a
         preprocessing lane is encoded by the lane's tokenizer process.
         `fallback(tokenizer, text, kwargs)`, if given, encodes what stays here
-        (0.5.23's chat path: parallel_prompt_encode)."""
-        ids = self._encode_in_lane_process(text, **kwargs)
-        if ids is None:
-            if fallback is not None:
-                return fallback(self.tokenizer, text, kwargs)
-            ids = self.tokenizer.encode(text, **kwargs)
+        (0.5.23's chat path: parallel_prompt_encode). An error it raises is
+        marked `encode_error`: 0.5.23's chat conversion, which renders and
+        encodes in one call, retries only a failed render with flat tools."""
+        try:
+            ids = self._encode_in_lane_process(text, **kwargs)
+            if ids is None:
+                if fallback is not None:
+                    return fallback(self.tokenizer, text, kwargs)
+                ids = self.tokenizer.encode(text, **kwargs)
+        except Exception as error:
+            try:
+                error.encode_error = True
+            except AttributeError:
+                pass
+            raise
         return ids
 
     def _encode_in_lane_process(
