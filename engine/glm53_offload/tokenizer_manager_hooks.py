@@ -1,4 +1,4 @@
-"""What v3 adds to SGLang's TokenizerManager, as a mixin (SGLang 0.5.19).
+"""What v3 (SGLang 0.5.19) and v4 (0.5.23) add to SGLang's TokenizerManager, as a mixin.
 
 TokenizerManager (sglang/srt/managers/tokenizer_manager.py) lists OffloadTokenizerManagerMixin
 among its bases and imports the module-level names its own patched methods use; the methods
