@@ -281,6 +281,10 @@ def new_tokenizer_manager(tokenizer: Any = None) -> Any:
         )
         tm.encoder_dispatch_ready = {}
         tm.rid_to_state = {}
+        tm.enable_lora = False  # _handle_abort_req releases a request's LoRA
+        # _validate_one_request checks a Clef/Kev checkpoint's decision layout.
+        tm.model_config.joint_head_config = None
+        tm.model_config.pointer_head = None
     init = getattr(tm, "init_request_preprocessing", None)
     if init is not None:
         init()

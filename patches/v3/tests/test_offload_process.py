@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import inspect
 import logging
 import os
 import signal
@@ -189,8 +190,12 @@ def test_a_killed_tokenizer_process_costs_no_request_and_is_replaced(
         "tokenizer_process.fallbacks": 1, "tokenizer_process.restarts": 1, "tokenizer_process.uses": 1}
 
 
-def test_a_tokenizer_with_its_own_encode_keeps_it(make_tokenizer_manager, glm_tokenizer):
+def test_a_tokenizer_with_its_own_encode_keeps_it(make_tokenizer_manager, glm_tokenizer, monkeypatch):
     """A remote-code tokenizer that post-processes its ids is never replaced by its backend."""
+    # 0.5.23's own parallel_prompt_encode (on by default) encodes a long chat prompt with the
+    # backend in chunks, bypassing such an encode in stock 0.5.23 too; off here, so the test
+    # is about the offload only (no such variable in 0.5.19).
+    monkeypatch.setenv("SGLANG_PARALLEL_PROMPT_ENCODE", "0")
 
     class MarkingTokenizer(glm_tokenizer.__class__):
         def encode(self, text, *args, **kwargs):
@@ -959,7 +964,9 @@ def test_abort_of_one_request_of_a_batch_on_its_lane_never_dispatches_it(
     _answerable(tm, monkeypatch)
 
     async def scenario():
-        responses = tm._handle_batch_request(obj)
+        # 0.5.23 also takes the request and the batch's states (for its failure cleanup).
+        takes_states = "request_states" in inspect.signature(tm._handle_batch_request).parameters
+        responses = tm._handle_batch_request(obj, *((None, {}) if takes_states else ()))
         first = asyncio.ensure_future(responses.__anext__())
         await hold.wait_started()
         tm.abort_request("batch-first")
