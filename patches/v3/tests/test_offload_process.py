@@ -201,6 +201,12 @@ def test_a_tokenizer_with_its_own_encode_keeps_it(make_tokenizer_manager, glm_to
         def encode(self, text, *args, **kwargs):
             return super().encode(text, *args, **kwargs) + [0]
 
+        def apply_chat_template(self, *args, **kwargs):
+            # Marked alike: 0.5.23's serving probe compares encode(render) with these ids and,
+            # where they differ, encodes every chat through apply_chat_template instead.
+            result = super().apply_chat_template(*args, **kwargs)
+            return result + [0] if kwargs.get("tokenize") and isinstance(result, list) else result
+
     tokenizer = MarkingTokenizer(tokenizer_object=glm_tokenizer.backend_tokenizer)
     tokenizer.chat_template = glm_tokenizer.chat_template
     serving = ChatServing(make_tokenizer_manager(tokenizer), TemplateManager())
@@ -812,7 +818,7 @@ def test_abort_while_a_generate_prompt_is_on_its_lane_never_dispatches(
 def _held_dispatching_chat(dispatching: Any, hold: Any) -> Any:
     """The real chat serving class over the fixture's manager, its tokenizer held by `hold`
     (the lanes copy it), each converted request submitted until its dispatch."""
-    from test_request_preprocessing_off_loop import HeldTokenizer
+    from test_request_preprocessing_off_loop import HeldTokenizer, startup
 
     from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
 
@@ -827,7 +833,8 @@ def _held_dispatching_chat(dispatching: Any, hold: Any) -> Any:
             await submit_until_dispatch(tm, adapted_request)
             return tm.rid_to_state.get(adapted_request.rid)
 
-    return DispatchingChat(tm, TemplateManager())
+    with startup(tm):
+        return DispatchingChat(tm, TemplateManager())
 
 
 @pytest.mark.detects_stock_bug
