@@ -4,7 +4,7 @@ they hand over and who owns them, and the event-loop stall dump.
 
 The package is installed into the engine image as a layer of its own
 (//engine/glm53_offload:layer). SGLang calls it from the hooks a patch series adds
-(patches/v3 for SGLang 0.5.19); `sglang_support` names the SGLang versions it supports and
+(patches/v3 for SGLang 0.5.19, patches/v4 for 0.5.23); `sglang_support` names the SGLang versions it supports and
 checks, when the server starts, that everything it calls in SGLang exists.
 
 Importing the package, `offload_process` or `stall_dump` imports no sglang and no torch: a

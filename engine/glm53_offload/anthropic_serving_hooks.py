@@ -1,4 +1,4 @@
-"""What v3 adds to SGLang's AnthropicServing (SGLang 0.5.19): its request conversion and token
+"""What v3 and v4 add to SGLang's AnthropicServing (SGLang 0.5.19 and 0.5.23): its request conversion and token
 counting on a preprocessing lane, watched for aborts.
 """
 

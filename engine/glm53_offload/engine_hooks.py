@@ -1,4 +1,4 @@
-"""What v3 adds to SGLang's Engine (SGLang 0.5.19): the shutdown of the tokenizer manager's
+"""What v3 and v4 add to SGLang's Engine (SGLang 0.5.19 and 0.5.23): the shutdown of the tokenizer manager's
 preprocessing lanes and children.
 """
 

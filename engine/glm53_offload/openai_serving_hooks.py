@@ -1,4 +1,4 @@
-"""What v3 adds to SGLang's OpenAIServingBase (SGLang 0.5.19): request conversion on a
+"""What v3 and v4 add to SGLang's OpenAIServingBase (SGLang 0.5.19, 0.5.23): request conversion on a
 preprocessing lane, watched for aborts, and the request body size that picks the lane.
 """
 
@@ -50,7 +50,7 @@ class OpenAIServingBaseHooks:
             return func(*args, **kwargs)
         return await run(request_body_size(raw_request), func, *args, **kwargs)
 
-    async def _run_conversion(self, rid, raw_request, func, /, *args):
+    async def _run_conversion(self, rid, raw_request, func, /, *args, **kwargs):
         """_run_preprocessing for a step of a request's conversion, with `rid`
         (a string or a batch's list) watched: an abort_request(rid) while the
         step is on its lane finishes the request as aborted, undispatched,
@@ -60,7 +60,7 @@ class OpenAIServingBaseHooks:
         begin = getattr(self.tokenizer_manager, "begin_conversion", None)
         watched = begin is not None and begin(rid)
         try:
-            return await self._run_preprocessing(raw_request, func, *args)
+            return await self._run_preprocessing(raw_request, func, *args, **kwargs)
         finally:
             if watched:
                 self.tokenizer_manager.end_conversion(rid)

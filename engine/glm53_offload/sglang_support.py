@@ -31,6 +31,10 @@ USES: Dict[str, Dict[str, Tuple[str, ...]]] = {
     },
 }
 
+# 0.5.23 (patches/v4): the same names; `ShmPointerMMData.adopt`, `_shm_pointers` and
+# `uses_shm_features` are added to mm_utils by v4's offload-process.diff, as by v3's on 0.5.19.
+USES["0.5.23"] = USES["0.5.19"]
+
 SUPPORTED = tuple(sorted(USES))
 
 

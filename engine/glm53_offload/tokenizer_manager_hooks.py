@@ -1,4 +1,4 @@
-"""What v3 adds to SGLang's TokenizerManager, as a mixin (SGLang 0.5.19).
+"""What v3 (SGLang 0.5.19) and v4 (0.5.23) add to SGLang's TokenizerManager, as a mixin.
 
 TokenizerManager (sglang/srt/managers/tokenizer_manager.py) lists OffloadTokenizerManagerMixin
 among its bases and imports the module-level names its own patched methods use; the methods
@@ -352,12 +352,25 @@ class OffloadTokenizerManagerMixin:
     def tokenizer(self, value) -> None:
         self._tokenizer = value
 
-    def encode_prompt(self, text: str, **kwargs) -> List[int]:
+    def encode_prompt(self, text: str, fallback=None, **kwargs) -> List[int]:
         """self.tokenizer.encode(text, **kwargs); a large prompt on a
-        preprocessing lane is encoded by the lane's tokenizer process."""
-        ids = self._encode_in_lane_process(text, **kwargs)
-        if ids is None:
-            ids = self.tokenizer.encode(text, **kwargs)
+        preprocessing lane is encoded by the lane's tokenizer process.
+        `fallback(tokenizer, text, kwargs)`, if given, encodes what stays here
+        (0.5.23's chat path: parallel_prompt_encode). An error it raises is
+        marked `encode_error`: 0.5.23's chat conversion, which renders and
+        encodes in one call, retries only a failed render with flat tools."""
+        try:
+            ids = self._encode_in_lane_process(text, **kwargs)
+            if ids is None:
+                if fallback is not None:
+                    return fallback(self.tokenizer, text, kwargs)
+                ids = self.tokenizer.encode(text, **kwargs)
+        except Exception as error:
+            try:
+                error.encode_error = True
+            except AttributeError:
+                pass
+            raise
         return ids
 
     def _encode_in_lane_process(

@@ -21,9 +21,9 @@ import pytest
 from glm53_offload import offload_process, sglang_support, stall_dump
 
 
-def _fake_sglang(missing: str = ""):
+def _fake_sglang(missing: str = "", version: str = "0.5.19"):
     modules = {}
-    for module_name, names in sglang_support.USES["0.5.19"].items():
+    for module_name, names in sglang_support.USES[version].items():
         modules[module_name] = types.SimpleNamespace(**{n: object() for n in names if f"{module_name}.{n}" != missing})
     return modules.__getitem__
 
@@ -32,9 +32,16 @@ def test_a_supported_sglang_with_every_name_passes():
     sglang_support.check("0.5.19", import_module=_fake_sglang())
 
 
+@pytest.mark.parametrize("version", ["0.5.19", "0.5.23"])
+def test_each_supported_sglang_with_every_name_passes(version):
+    sglang_support.check(version, import_module=_fake_sglang(version=version))
+
+
 def test_an_unlisted_version_is_refused_naming_it_and_the_table():
-    with pytest.raises(sglang_support.UnsupportedSGLang, match=r"supports SGLang 0\.5\.19, not 0\.5\.23.*USES"):
-        sglang_support.check("0.5.23", import_module=_fake_sglang())
+    with pytest.raises(
+        sglang_support.UnsupportedSGLang, match=r"supports SGLang 0\.5\.19, 0\.5\.23, not 0\.5\.24.*USES"
+    ):
+        sglang_support.check("0.5.24", import_module=_fake_sglang())
 
 
 def test_a_missing_hook_is_refused_naming_it():

@@ -1,7 +1,8 @@
 """Shared fixtures for the v3 off-loop patch tests.
 
 The tests import `sglang` from sys.path, so the same suite runs against a patched tree, the stock
-0.5.19 tree, or the installed package inside the image. Nothing here needs a GPU, a model download
+0.5.19 tree, or the installed package inside the image; v4 runs the same files on 0.5.23 (its
+image and its stock base), and `sglang_version()` tells a test which release it is on. Nothing here needs a GPU, a model download
 or a running scheduler: real sglang classes are built with `object.__new__` and given only the
 attributes the method under test reads.
 
@@ -49,8 +50,8 @@ STOCK_BUG_HOLD_FACTOR = 0.1
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "detects_stock_bug: fails on stock sglang 0.5.19 (work done on the event loop); "
-        "passes with the v3 off-loop patches",
+        "detects_stock_bug: fails on stock sglang (0.5.19 for v3, 0.5.23 for v4: work done on "
+        "the event loop); passes with the off-loop patches",
     )
     config.addinivalue_line(
         "markers",
@@ -60,6 +61,32 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "timing: measures time; runs in a separate target with a retry budget"
     )
+    config.addinivalue_line(
+        "markers",
+        "detects_stock_bug_on(*versions): detects_stock_bug on the stock base of these SGLang "
+        "versions only (the suite also runs in the v4 image, on 0.5.23)",
+    )
+
+
+def sglang_version() -> str:
+    """The SGLang release under test (0.5.19: v3 and its stock base; 0.5.23: v4 and its)."""
+    from sglang.version import __version__
+
+    return __version__
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    # detects_stock_bug_on("0.5.19"): a bug of that release's stock code only; on it the test
+    # is a detects_stock_bug test (the suite runner reads the markers of each item).
+    versions = [item for item in items if item.get_closest_marker("detects_stock_bug_on")]
+    if not versions:
+        return
+    version = sglang_version()
+    for item in versions:
+        for mark in item.iter_markers("detects_stock_bug_on"):
+            if version in mark.args:
+                item.add_marker(pytest.mark.detects_stock_bug)
+                break
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -241,6 +268,23 @@ def new_tokenizer_manager(tokenizer: Any = None) -> Any:
         prepare_for_dispatch=lambda mm_inputs_batch: [],
         cancel_for_dispatch=lambda items: None,
     )
+    if sglang_version() != "0.5.19":
+        # 0.5.23's _send_one_request also awaits the feature transport, prepares positional
+        # embeddings and marks the request's state dispatched.
+        async def prepare_for_dispatch_async(mm_inputs_batch: Any) -> list:
+            return []
+
+        tm.cuda_vmm_feature_transport.prepare_for_dispatch_async = prepare_for_dispatch_async
+        tm.positional_embeds_transport = SimpleNamespace(
+            prepare_for_dispatch=lambda objs: [],
+            cancel_for_dispatch=lambda items: None,
+        )
+        tm.encoder_dispatch_ready = {}
+        tm.rid_to_state = {}
+        tm.enable_lora = False  # _handle_abort_req releases a request's LoRA
+        # _validate_one_request checks a Clef/Kev checkpoint's decision layout.
+        tm.model_config.joint_head_config = None
+        tm.model_config.pointer_head = None
     init = getattr(tm, "init_request_preprocessing", None)
     if init is not None:
         init()

@@ -15,6 +15,7 @@ token ids are those the inline code produced.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import copy
 import json
@@ -22,7 +23,7 @@ import logging
 import threading
 import time
 from types import SimpleNamespace
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import httpx
 import pytest
@@ -98,6 +99,10 @@ class ChatServing(OpenAIServingChat):
     """The real chat serving class (real validation, conversion and chat template); generation
     replaced."""
 
+    def __init__(self, tokenizer_manager: Any, *args: Any, **kwargs: Any) -> None:
+        with startup(tokenizer_manager):
+            super().__init__(tokenizer_manager, *args, **kwargs)
+
     async def _handle_non_streaming_request(self, adapted_request, request, raw_request):
         return {"status": "ok", "input_ids": list(adapted_request.input_ids)}
 
@@ -113,6 +118,7 @@ class HeldTokenizer:
         self._hold = hold
         self.is_fast = is_fast
         self.hold_encode = hold_encode
+        self.at_startup = [False]  # shared by deep copies: see startup()
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -124,18 +130,38 @@ class HeldTokenizer:
         clone._tokenizer = copy.deepcopy(self._tokenizer, memo)
         return clone
 
+    def _held(self) -> None:
+        if not self.at_startup[0]:
+            self._hold()
+
     def apply_chat_template(self, *args: Any, **kwargs: Any) -> Any:
-        self._hold()
+        self._held()
         return self._tokenizer.apply_chat_template(*args, **kwargs)
 
     def encode(self, *args: Any, **kwargs: Any) -> Any:
         if self.hold_encode:
-            self._hold()
+            self._held()
         return self._tokenizer.encode(*args, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self._hold()
+        self._held()
         return self._tokenizer(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def startup(tokenizer_manager: Any) -> Iterator[None]:
+    """A serving object built here is built at server start, not per request: its own probes of
+    the tokenizer (0.5.23's OpenAIServingChat renders and encodes a probe chat in __init__) are
+    not held."""
+    flag = getattr(tokenizer_manager.tokenizer, "at_startup", None)
+    if flag is None:
+        yield
+        return
+    flag[0] = True
+    try:
+        yield
+    finally:
+        flag[0] = False
 
 
 class SlowTokenizer:
@@ -264,7 +290,8 @@ async def _anthropic_count_tokens_call(tm: Any) -> Any:
 
 
 async def _tokenize_messages_call(tm: Any) -> Any:
-    serving = OpenAIServingTokenize(tm, TemplateManager())
+    with startup(tm):
+        serving = OpenAIServingTokenize(tm, TemplateManager())
     request = TokenizeRequest(messages=[{"role": "user", "content": "hi"}])
     return await serving.handle_request(request, RawRequest(SMALL_BYTES))
 
@@ -343,7 +370,7 @@ def test_score_tokenizes_off_the_loop(make_tokenizer_manager, glm_tokenizer, hol
     hold = hold_factory()
     tm = make_tokenizer_manager(HeldTokenizer(glm_tokenizer, hold, hold_encode=True))
     tm.is_generation = True
-    tm.server_args.enable_mis = True
+    tm.server_args.enable_mis = True  # 0.5.19 reads it here
     generated: List[Any] = []
 
     async def no_generation(obj, request=None):
@@ -354,7 +381,7 @@ def test_score_tokenizes_off_the_loop(make_tokenizer_manager, glm_tokenizer, hol
     tm.generate_request = no_generation
 
     async def scenario():
-        with pytest.raises(_Stop):
+        with _multi_item_scoring(), pytest.raises(_Stop):
             await tm.score_request(
                 query="the query", items=["item one", "item two"], label_token_ids=[1, 2]
             )
@@ -367,6 +394,17 @@ def test_score_tokenizes_off_the_loop(make_tokenizer_manager, glm_tokenizer, hol
 
 class _Stop(Exception):
     pass
+
+
+def _multi_item_scoring() -> Any:
+    """0.5.23 reads --enable-mis from the runtime context (get_exec().features.enable_mis)."""
+    from sglang.version import __version__
+
+    if __version__ == "0.5.19":
+        return contextlib.nullcontext()
+    from sglang.srt.runtime_context import get_context
+
+    return get_context().override_server_args(enable_mis=True)
 
 
 # --- one tokenizer object per thread ---------------------------------------------------------
@@ -613,7 +651,9 @@ def test_anthropic_serving_with_a_chat_layer_without_the_new_method(
 # --- lanes -----------------------------------------------------------------------------------
 
 
-@pytest.mark.detects_stock_bug
+# 0.5.23 converts chat requests on the default executor (several threads): a small one does not
+# wait behind a bulk conversion there.
+@pytest.mark.detects_stock_bug_on("0.5.19")
 @pytest.mark.detects_previous_v3
 def test_small_request_does_not_wait_behind_a_bulk_conversion(
     make_tokenizer_manager, hold_factory
@@ -747,6 +787,8 @@ def test_manager_without_the_new_method_still_serves_with_one_warning(glm_tokeni
 # --- behaviour kept --------------------------------------------------------------------------
 
 
+# 0.5.23's own off-loop conversion (loop.run_in_executor) runs without the caller's context.
+@pytest.mark.detects_stock_bug_on("0.5.23")
 def test_preprocessing_sees_the_callers_contextvars(make_tokenizer_manager, glm_tokenizer):
     request_tag: contextvars.ContextVar[str] = contextvars.ContextVar("request_tag")
     seen: List[Tuple[str, str]] = []
