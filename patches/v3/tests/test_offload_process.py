@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import orjson
 import pytest
-from conftest import patch_tokenizer_manager_global, tokenizer_manager_global
+from conftest import patch_tokenizer_manager_global, sglang_version, tokenizer_manager_global
 from test_dispatch_off_loop import _request, dispatching  # noqa: F401 (a fixture)
 from test_request_preprocessing_off_loop import (
     TOOLS,
@@ -138,6 +138,52 @@ def test_a_large_prompts_ids_list_is_out_of_the_cycle_collectors_view(
     assert type(input_ids) is list and not gc.is_tracked(input_ids)
     assert input_ids == glm_tokenizer.encode(text)
     assert _delta(before, "ids_lists") == {"ids_lists.untracked": 1}
+
+
+@pytest.mark.detects_stock_bug
+def test_a_prompts_text_is_decoded_by_the_rust_backend_with_the_gil_released(
+    make_tokenizer_manager, glm_tokenizer
+):
+    """transformers' decode holds the GIL for the whole Rust call (76,726 ids: 27 ms in the v4
+    image); decode_prompt calls the backend's decode_batch, which releases it, for the same text.
+    A tokenizer that decodes in its own way keeps its decode, counted."""
+    tm = make_tokenizer_manager(glm_tokenizer)
+    ids = glm_tokenizer.encode(LARGE_TEXT[:200_000])
+    before = _counts()
+
+    assert tm.decode_prompt(ids) == glm_tokenizer.decode(ids)
+    assert _delta(before, "prompt_decode") == {"prompt_decode.gil_free": 1}
+
+    class OwnDecode:
+        _tokenizer = glm_tokenizer._tokenizer
+
+        def decode(self, ids):
+            return "own"
+
+    tm.tokenizer = OwnDecode()
+    before = _counts()
+    assert tm.decode_prompt(ids) == "own"
+    assert _delta(before, "prompt_decode") == {"prompt_decode.gil_held": 1}
+
+
+@pytest.mark.detects_stock_bug_on("0.5.23")
+@pytest.mark.skipif(sglang_version() == "0.5.19", reason="0.5.19's chat path caches no decoded prompt")
+def test_a_multimodal_chats_cached_prompt_text_is_decoded_with_the_gil_released(
+    make_tokenizer_manager, glm_tokenizer
+):
+    """0.5.23 caches a multimodal chat's prompt with its decoded text, decoded on the lane: in
+    the lab's mixed traffic that decode held the GIL while the loop waited (v4's worst probe,
+    231 ms). v4 decodes it through decode_prompt."""
+    tm = make_tokenizer_manager(glm_tokenizer)
+    serving = ChatServing(tm, TemplateManager())
+    before = _counts()
+
+    prompt_ids, decoded = serving._render_and_encode_chat_template(
+        [{"role": "user", "content": LARGE_TEXT[:50_000]}],
+        tools=None, template_kwargs={}, encode_kwargs={}, use_cache=True)
+
+    assert decoded == glm_tokenizer.decode(prompt_ids)
+    assert _delta(before, "prompt_decode") == {"prompt_decode.gil_free": 1}
 
 
 @pytest.mark.detects_stock_bug
