@@ -121,6 +121,36 @@ def load_trace(path: Path, launched: float) -> list[Span]:
     return sorted(spans, key=lambda span: span.start)
 
 
+GC_THREAD = "cyclic GC"
+
+
+def load_gc_pauses(path: Path) -> list[Span]:
+    """The server's cyclic-GC pauses (tools/sglang_server/in_container/gc_timeline.py) as spans
+    of a thread of their own: a collection holds the GIL, so a probe it overlaps waited for it.
+    The thread that ran it is sampled by py-spy as well, in whatever frame allocated."""
+    spans = []
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    for number, line in enumerate(lines, 1):
+        try:
+            pause = json.loads(line)
+            start, ms, generation = float(pause["start"]), float(pause["ms"]), pause["generation"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise ResultsError(f"{path}:{number}: not a GC pause record ({err!r})") from None
+        spans.append(Span(GC_THREAD, start, start + ms / 1000.0, ("gc", f"collect generation {generation}")))
+    return sorted(spans, key=lambda span: span.start)
+
+
+def gc_summary(pauses: list[Span]) -> dict:
+    """How many collections of 1 ms or more the server ran, the longest, and their sum."""
+    lengths = [(span.end - span.start) * 1000.0 for span in pauses]
+    return {"pauses": len(lengths), "max_ms": round(max(lengths, default=0.0), 1),
+            "total_ms": round(sum(lengths), 1),
+            "generation_2": sum(1 for span in pauses if span.stack[-1].endswith(" 2"))}
+
+
 def _sglang_frame(stack: tuple[str, ...]) -> str | None:
     for frame in reversed(stack):
         if "(sglang/" in frame:

@@ -229,13 +229,13 @@ def attribute_arm(arm_dir: Path) -> dict:
             continue
         profile = profiles.get(server)
         probes = results.load_probes(arm_dir / probe_file)
-        if profile is None:
-            slow = attribution.attribute(probes, [])
-        else:
-            slow = attribution.attribute(probes, attribution.load_trace(arm_dir / profile["file"], profile["launched"]))
+        pauses = attribution.load_gc_pauses(arm_dir / f"{server}.gc.jsonl")
+        spans = [] if profile is None else attribution.load_trace(arm_dir / profile["file"], profile["launched"])
+        slow = attribution.attribute(probes, sorted(spans + pauses, key=lambda span: span.start))
         behind = attribution.sampler_behind_s(arm_dir / profile["log"]) if profile else None
         out[probe_file] = attribution.summary(slow) | {"profiled": profile is not None, "sampler_behind_max_s": behind,
-                                                       "native": bool(profile and profile.get("native"))}
+                                                       "native": bool(profile and profile.get("native")),
+                                                       "gc": attribution.gc_summary(pauses)}
     return out
 
 

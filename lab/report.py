@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lab.attribution import GC_THREAD
 from lab.results import OVER_MS, FloodStats, Probe
 
 
@@ -130,10 +131,15 @@ def worst_probes_table(worst: dict[str, dict[str, dict]], arms: tuple[str, ...])
 
 def attribution_section(attributed: dict[str, dict[str, dict]], top: int = 3) -> str:
     """Per arm and probe file: how many probes were over 20 ms and the code that ran during them."""
-    lines = ["Attribution of probes over 20 ms (py-spy samples of the server process during each slow probe):", ""]
+    lines = ["Attribution of probes over 20 ms (py-spy samples of the server process during each slow probe;"
+             f" the server's own record of its GC pauses as the thread `{GC_THREAD}`):", ""]
     for arm, files in attributed.items():
         for probe_file, s in files.items():
             head = f"* **{arm}**, `{probe_file}`: {s['slow_probes']} probes over {s['slow_ms']:g} ms"
+            gc_pauses = s.get("gc")
+            if gc_pauses is not None:  # over the server's whole life, not this file's probes only
+                head += (f" (the server's cyclic GC: {gc_pauses['pauses']} pauses of 1 ms or more,"
+                         f" {gc_pauses['generation_2']} of generation 2, longest {_ms(gc_pauses['max_ms'])})")
             if not s["slow_probes"]:
                 lines.append(head + ".")
                 continue

@@ -172,7 +172,8 @@ class Server:
         ]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
-        env["SGLANG_PLUGINS"] = "lab_fake_scheduler"
+        env["SGLANG_PLUGINS"] = "lab_fake_scheduler,lab_gc_timeline"
+        env["LAB_GC_TIMELINE"] = str(out / f"{name}.gc.jsonl")
         env["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] = "0"
         # With --enable-metrics sglang makes its own multiprocess directory and sets this; one
         # inherited would be shared by both servers of the session (their counters mixed).

@@ -70,6 +70,32 @@ def test_slow_probes_get_the_code_that_ran_during_them(tmp_path: Path):
     assert "(native profile: every thread is sampled, waiting ones too)" in native
 
 
+def test_a_gc_pause_is_a_culprit_of_the_probes_it_overlaps(tmp_path: Path):
+    """The server's GC record (gc_timeline.py's lines) joins the py-spy spans as a thread of its
+    own; a missing record means none was kept, a malformed line names the file and line."""
+    timeline = tmp_path / "vision-server.gc.jsonl"
+    timeline.write_text(json.dumps({"pid": 9, "generation": 2, "start": 50.30, "ms": 40.0, "collected": 0,
+                                    "frozen": 700_000}) + "\n"
+                        + json.dumps({"pid": 9, "generation": 0, "start": 50.60, "ms": 1.5, "collected": 3,
+                                      "frozen": 700_000}) + "\n")
+    pauses = attribution.load_gc_pauses(timeline)
+    spans = sorted(attribution.load_trace(_trace(tmp_path), launched=50.0) + pauses, key=lambda span: span.start)
+    slow = attribution.attribute([Probe(50.29, 50.345, 55.0, 200)], spans)
+    assert [(share.thread, share.frame, share.ms) for share in slow[0].shares] == [
+        ("preprocess", "_tokenize_off_loop (sglang/srt/managers/tokenizer_manager.py:10)", 55.0),
+        (attribution.GC_THREAD, "collect generation 2", 40.0)]
+    assert attribution.gc_summary(pauses) == {"pauses": 2, "max_ms": 40.0, "total_ms": 41.5, "generation_2": 1}
+    s = attribution.summary(slow) | {"gc": attribution.gc_summary(pauses)}
+    text = report.attribution_section({"v4": {"mixed_probes.jsonl": s}})
+    assert "2 pauses of 1 ms or more, 1 of generation 2, longest 40 ms" in text
+    assert f"{attribution.GC_THREAD}: 40 ms over 1 probes in `collect generation 2`" in text
+
+    assert attribution.load_gc_pauses(tmp_path / "none.gc.jsonl") == []
+    timeline.write_text('{"pid": 9, "generation": 2}\n')
+    with pytest.raises(ResultsError, match=r"vision-server.gc.jsonl:1: not a GC pause record"):
+        attribution.load_gc_pauses(timeline)
+
+
 def test_a_missing_or_cut_profile_is_an_error(tmp_path: Path):
     with pytest.raises(ResultsError, match="missing"):
         attribution.load_trace(tmp_path / "nope.json", 0.0)
