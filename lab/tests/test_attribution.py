@@ -74,10 +74,8 @@ def test_a_gc_pause_is_a_culprit_of_the_probes_it_overlaps(tmp_path: Path):
     """The server's GC record (gc_timeline.py's lines) joins the py-spy spans as a thread of its
     own; a missing record means none was kept, a malformed line names the file and line."""
     timeline = tmp_path / "vision-server.gc.jsonl"
-    timeline.write_text(json.dumps({"pid": 9, "generation": 2, "start": 50.30, "ms": 40.0, "collected": 0,
-                                    "frozen": 700_000}) + "\n"
-                        + json.dumps({"pid": 9, "generation": 0, "start": 50.60, "ms": 1.5, "collected": 3,
-                                      "frozen": 700_000}) + "\n")
+    timeline.write_text(json.dumps({"pid": 9, "generation": 2, "start": 50.30, "ms": 40.0, "collected": 0}) + "\n"
+                        + json.dumps({"pid": 9, "generation": 0, "start": 50.60, "ms": 1.5, "collected": 3}) + "\n")
     pauses = attribution.load_gc_pauses(timeline)
     spans = sorted(attribution.load_trace(_trace(tmp_path), launched=50.0) + pauses, key=lambda span: span.start)
     slow = attribution.attribute([Probe(50.29, 50.345, 55.0, 200)], spans)
