@@ -64,7 +64,8 @@ def main() -> None:
     import torch
 
     from sglang.srt.managers import mm_utils
-    from sglang.srt.managers import tokenizer_manager as tm_module
+    # The shm worker looks wrap_shm_features up in the package module the mixin comes from.
+    from glm53_offload import tokenizer_manager_hooks as tm_module
 
     from conftest import new_tokenizer_manager
     from test_shm_off_loop import make_request

@@ -41,6 +41,8 @@ from sglang.srt.entrypoints.openai.serving_tokenize import OpenAIServingTokenize
 from sglang.srt.managers.tokenizer_manager import ServerStatus, TokenizerManager
 from sglang.srt.parser.template_manager import TemplateManager
 
+from conftest import sglang_version
+
 WORKER_PREFIX = "sglang-preprocess"
 # Above the small-request lane's limit (64 KiB in the patch); the test requests say their size
 # through the Content-Length header, as an HTTP request does.
@@ -392,15 +394,49 @@ def test_score_tokenizes_off_the_loop(make_tokenizer_manager, glm_tokenizer, hol
     _assert_off_loop(hold, "score's query and item tokenization")
 
 
+@pytest.mark.detects_stock_bug_on("0.5.23")
+@pytest.mark.skipif(sglang_version() == "0.5.19", reason="0.5.19 has no score_extraction_token_id")
+def test_setwise_score_extraction_tokenizes_off_the_loop(make_tokenizer_manager, glm_tokenizer, hold_factory):
+    """0.5.23's setwise readout (score_extraction_token_id, text query and items, no
+    multi-item scoring) encodes query + item once per item itself: on the lane in v4."""
+    from sglang.srt.runtime_context import get_context
+
+    query, items = "the query ", ["item one", "the item one"]
+    anchor = glm_tokenizer.encode(query + items[0])[-1]
+    assert all(anchor in glm_tokenizer.encode(query + item) for item in items)  # the test's own premise
+    hold = hold_factory()
+    tm = make_tokenizer_manager(HeldTokenizer(glm_tokenizer, hold, hold_encode=True))
+    tm.is_generation = True
+    generated: List[Any] = []
+
+    async def no_generation(obj, request=None):
+        generated.append(obj)
+        raise _Stop()
+        yield  # an async generator, like generate_request
+
+    tm.generate_request = no_generation
+
+    async def scenario():
+        setwise = get_context().override_server_args(
+            enable_mis=False, disable_radix_cache=True, chunked_prefill_size=-1, allow_auto_truncate=False)
+        with setwise, pytest.raises(_Stop):
+            await tm.score_request(
+                query=query, items=items, label_token_ids=[1, 2], score_extraction_token_id=anchor
+            )
+
+    asyncio.run(hold.run_released_by_loop(scenario()))
+
+    assert generated and generated[0].input_ids, generated
+    _assert_off_loop(hold, "score extraction's query + item encodes")
+
+
 class _Stop(Exception):
     pass
 
 
 def _multi_item_scoring() -> Any:
     """0.5.23 reads --enable-mis from the runtime context (get_exec().features.enable_mis)."""
-    from sglang.version import __version__
-
-    if __version__ == "0.5.19":
+    if sglang_version() == "0.5.19":
         return contextlib.nullcontext()
     from sglang.srt.runtime_context import get_context
 
