@@ -15,7 +15,7 @@ _json_file = rule(
     attrs = {"content": attr.string(mandatory = True)},
 )
 
-def patch_bump_check(name, candidates, series, series_files, tests, patch_tests, **kwargs):
+def patch_bump_check(name, candidates, series, series_files, tests, patch_tests, package_support = {}, **kwargs):
     """`bazel run :<name> -- --to VERSION`: the series on a candidate release (see bump_main.py).
 
     Args:
@@ -27,6 +27,9 @@ def patch_bump_check(name, candidates, series, series_files, tests, patch_tests,
       tests: filegroups holding every file of the series' tests (conftests, helpers too).
       patch_tests: "<series>/<patch file>" -> the test files (package-relative) whose
         detects_stock_bug tests decide whether that patch is still needed.
+      package_support: package name -> the label of its sglang_support.py, for every package
+        the series ship (series.json `packages`): the SGLang names it uses, looked up on the
+        candidate.
       **kwargs: passed to the py_binary (visibility, tags).
     """
     config = name + "_config"
@@ -48,6 +51,9 @@ def patch_bump_check(name, candidates, series, series_files, tests, patch_tests,
             image_files(name = files, image = candidates[version]["cpu_base"])
             data.append(":" + files)
             args += ["--cpu-base", "%s=$(rootpath :%s)" % (version, files)]
+    for package, support in sorted(package_support.items()):
+        data.append(support)
+        args += ["--package-support", "%s=$(rootpath %s)" % (package, support)]
     args += ["--test-files"] + ["$(rootpaths %s)" % t for t in tests]
     py_program(
         name = name,

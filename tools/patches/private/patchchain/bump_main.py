@@ -40,6 +40,7 @@ from .chain import read_patch_files
 from .declaration import Chain, dump_json, load_chain, patch_json
 from .errors import PatchChainError
 from .layout import SourceTree
+from .package_uses import HOOKS, MISSING, NameUse, check_uses, load_uses
 
 SCHEMA = 1
 EXIT_BAD_INPUT = 2
@@ -139,8 +140,28 @@ def _need_text(need: Need) -> str:
     return text + (f", {len(need.no_evidence)} inconclusive)" if need.no_evidence else ")")
 
 
+def base_version(chain: Chain) -> str:
+    """The SGLang release a chain is written against, from its base wheel's name."""
+    return chain.base.wheel.split("-")[1]
+
+
+def package_text(chain: Chain, candidate: Candidate, uses: dict[str, list[NameUse]]) -> list[str]:
+    out = []
+    for package, names in uses.items():
+        hooks = [u for u in names if u.state == HOOKS]
+        missing = [u for u in names if u.state == MISSING]
+        out.append(f"package {package}: {len(names)} SGLang names of its {base_version(chain)} row;"
+                   f" on {candidate.version}: {len(names) - len(hooks) - len(missing)} upstream,"
+                   f" {len(hooks)} added by the series' hooks, {len(missing)} missing")
+        for u in hooks:
+            out.append(f"  hooks: {u.module}.{u.name} (added by {u.patch})")
+        for u in missing:
+            out.append(f"  missing: {u.module}.{u.name}")
+    return out
+
+
 def render_text(candidate: Candidate, chain: Chain, rows: list[tuple[PatchResult, tuple[str, ...], Need]],
-                stock_note: str, next_steps: list[str]) -> str:
+                stock_note: str, next_steps: list[str], uses: dict[str, list[NameUse]]) -> str:
     out = [
         f"bump check: series {chain.name} ({' -> '.join(d.name for d in chain.series)}, {len(chain.patches)} patches)"
         f" on sglang {candidate.version} ({candidate.wheel}, sha256 {candidate.sha256[:12]}...)",
@@ -185,6 +206,9 @@ def render_text(candidate: Candidate, chain: Chain, rows: list[tuple[PatchResult
                 out.append(f"    {label}: ... and {len(items) - LIST_LIMIT} more (report.json lists all)")
         if not tests:
             out.append("    (no stock tests mapped to this patch in patches/BUILD.bazel)")
+    if uses:
+        out.append("")
+        out.extend(package_text(chain, candidate, uses))
     out.append("")
     out.append("next:")
     out.extend(f"  {s}" for s in next_steps)
@@ -214,7 +238,7 @@ def draft_path(out_dir: Path, chain: Chain) -> Path:
 
 
 def next_steps(candidate: Candidate, chain: Chain, rows: list[tuple[PatchResult, tuple[str, ...], Need]],
-               out_dir: Path) -> list[str]:
+               out_dir: Path, uses: dict[str, list[NameUse]]) -> list[str]:
     name = f"{chain.name}_{candidate.repo_suffix}"
     carry = [r for r, _, need in rows if r.status in (APPLIES, APPLIES_WITH_OFFSETS) and need.verdict != REDUNDANT]
     moved = [r for r in carry if r.status == APPLIES_WITH_OFFSETS]
@@ -235,6 +259,11 @@ def next_steps(candidate: Candidate, chain: Chain, rows: list[tuple[PatchResult,
                      + ", ".join(r.patch.name for r in redo))
     if drop:
         steps.append("leave out (already upstream or redundant on stock): " + ", ".join(r.patch.name for r in drop))
+    for package, names in uses.items():
+        missing = [f"{u.module}.{u.name}" for u in names if u.state == MISSING]
+        if missing:
+            steps.append(f"change package {package} for {candidate.version} (names it uses are gone): " + ", ".join(missing))
+        steps.append(f"add the {candidate.version!r} row to {package}/sglang_support.py USES once the hooks are re-anchored")
     if not steps:
         steps.append("nothing carries over; start from the upstream release")
     return steps
@@ -250,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="(set by the Bazel target) the candidate's sglang/__init__.py")
     ap.add_argument("--cpu-base", action="append", default=[], metavar="VERSION=IMAGE_FILES_JSON",
                     help="(set by the Bazel target) the candidate's CPU base image (tools/podman image_files)")
+    ap.add_argument("--package-support", action="append", default=[], metavar="PACKAGE=PATH",
+                    help="(set by the Bazel target) a shipped package's sglang_support.py")
     ap.add_argument("--test-files", nargs="*", default=[], help="(set by the Bazel target) every file of the series' tests")
     ap.add_argument("--stock-report", type=Path, help="use this pytest_driver report instead of running the stock tests")
     ap.add_argument("--no-stock-tests", action="store_true", help="skip the stock tests (still needed: unknown)")
@@ -287,6 +318,7 @@ def _run(args: argparse.Namespace) -> int:
                     raise BadInput(f"patches/BUILD.bazel: bump_check patch_tests[{p.name!r}] names {f}, which is not "
                                    "among the series' test files; fix the path or add the file to the tests filegroup")
 
+    supports = _pairs(args.package_support, "--package-support")
     stock_note, report, unavailable = _stock_report(args, candidate, out_dir)
     doc: dict = {"schema": SCHEMA, "candidate": asdict(candidate), "stock": stock_note, "series": []}
     text = []
@@ -300,22 +332,36 @@ def _run(args: argparse.Namespace) -> int:
             need = need_verdict(outcomes, unavailable if report is None else (None if tests else "no stock tests mapped"),
                                 introduced_text(patch_bytes[r.patch.name], r.patch.name))
             rows.append((r, tests, need))
-        steps = next_steps(candidate, chain, rows, out_dir)
+        uses = _package_uses(chain, supports, tree, patch_bytes)
+        steps = next_steps(candidate, chain, rows, out_dir, uses)
         unmapped = unmapped_files(report, (t for _, ts, _ in rows for t in ts)) if report is not None else {}
         for path, n in unmapped.items():
             steps.append(f"map {path} ({n} {STOCK_MARKER} tests, claimed by no patch) in patch_tests of "
                          f"//patches:bump_check (patches/BUILD.bazel), then re-run")
         doc["series"].append({"series": chain.name, "chain": [d.name for d in chain.series],
                               "patches": [result_json(r, t, n) for r, t, n in rows], "unmapped_tests": unmapped,
+                              "packages": {p: [asdict(u) for u in names] for p, names in uses.items()},
                               "next": steps})
         draft_path(out_dir, chain).write_text(dump_json(draft_series(candidate, rows)))
-        text.append(render_text(candidate, chain, rows, stock_note, steps))
+        text.append(render_text(candidate, chain, rows, stock_note, steps, uses))
     (out_dir / "report.json").write_text(dump_json(doc))
     (out_dir / "report.txt").write_text("\n".join(text))
     sys.stdout.write("\n".join(text))
     drafts = ", ".join(str(draft_path(out_dir, c)) for c in chains)
     print(f"\nwrote {out_dir / 'report.txt'}, {out_dir / 'report.json'} and the draft(s) {drafts}")
     return 0
+
+
+def _package_uses(chain: Chain, supports: dict[str, Path], tree: SourceTree,
+                  patch_bytes: dict[str, bytes]) -> dict[str, list[NameUse]]:
+    """Per package the chain ships: its SGLang names (its row for the chain's release) on the candidate."""
+    out = {}
+    for package in chain.packages:
+        if package not in supports:
+            raise BadInput(f"series {chain.name} ships package {package}, but bump_check got no "
+                           f"--package-support {package}=<its sglang_support.py> (package_support in patches/BUILD.bazel)")
+        out[package] = check_uses(load_uses(supports[package], base_version(chain)), tree, patch_bytes)
+    return out
 
 
 def _stock_report(args: argparse.Namespace, candidate: Candidate, out_dir: Path) -> tuple[str, dict | None, str | None]:
