@@ -14,6 +14,8 @@ from typing import Dict, Optional, Tuple
 USES: Dict[str, Dict[str, Tuple[str, ...]]] = {
     "0.5.19": {
         "sglang.srt.environ": ("envs",),
+        # sliced_pickle builds the frame SGLang's sock_send would send.
+        "sglang.srt.managers.io_struct": ("BaseReq", "_USE_PICKLE_IPC", "msgpack_encode"),
         "sglang.srt.managers.mm_utils": (
             "ShmPointerMMData",
             "_shm_pointers",

@@ -43,8 +43,8 @@ from glm53_offload.offload_process import (
     TokenizerProcess,
     TokenizerProcessMismatch,
 )
+from glm53_offload.sliced_pickle import sock_encode
 from sglang.srt.managers.io_struct import (
-    sock_encode,
     TokenizedEmbeddingReqInput,
     TokenizedGenerateReqInput,
 )

@@ -75,7 +75,7 @@ def main() -> None:
         print(f"{label}: {len(ids)} tokens, {total * 1e3:.0f} ms, GIL held up to {gap * 1e3:.0f} ms")
     import orjson
 
-    from sglang.srt.managers import io_struct, tokenizer_manager
+    from sglang.srt.managers import tokenizer_manager
 
     ids_arr, total, gap = worst_gil_gap(lambda: array("q", ids))
     print(f'array("q", ids): {total * 1e3:.0f} ms, GIL held up to {gap * 1e3:.0f} ms')
@@ -85,12 +85,12 @@ def main() -> None:
     print(f"pickle text + ids array: {total * 1e3:.0f} ms, GIL held up to {gap * 1e3:.0f} ms")
     in_slices = getattr(tokenizer_manager, "_ids_in_slices", None)
     if in_slices is not None:  # a tree with dispatch-off-loop.diff
+        from glm53_offload.sliced_pickle import sock_encode
+
         for label, call in {
             'array("q", ids) in slices': lambda: in_slices(ids, partial(array, "q")),
             "list(array) in slices": lambda: in_slices(ids_arr, list),
-            "pickle text + ids array, sliced": lambda: io_struct.sock_encode(
-                (text, ids_arr), sliced=True
-            ),
+            "pickle text + ids array, sliced": lambda: sock_encode((text, ids_arr), sliced=True),
         }.items():
             _, total, gap = worst_gil_gap(call)
             print(f"{label}: {total * 1e3:.0f} ms, GIL held up to {gap * 1e3:.0f} ms")

@@ -228,25 +228,27 @@ def test_a_huge_prompt_text_is_pickled_a_slice_at_a_time(monkeypatch):
     the text, and the scheduler's plain pickle.loads reads the same text back."""
     import pickle
 
+    from glm53_offload import sliced_pickle
+
     text = "naïve café 東京 " * 200_000  # 2.8 M characters, not ASCII
     writes: List[int] = []
-    real_write = io_struct._SlicedWriter.write
+    real_write = sliced_pickle._SlicedWriter.write
 
     def recording_write(self, data):
         writes.append(memoryview(data).nbytes)
         return real_write(self, data)
 
-    monkeypatch.setattr(io_struct._SlicedWriter, "write", recording_write)
+    monkeypatch.setattr(sliced_pickle._SlicedWriter, "write", recording_write)
     request = io_struct.TokenizedGenerateReqInput(
         rid="huge", input_text=text, input_ids=None, input_embeds=None, mm_inputs=None,
         token_type_ids=None, sampling_params=SamplingParams(max_new_tokens=3), return_logprob=False,
         logprob_start_len=-1, top_logprobs_num=0, token_ids_logprob=None, stream=False)
-    encoded = io_struct.sock_encode(request, sliced=True)
+    encoded = sliced_pickle.sock_encode(request, sliced=True)
 
     read = pickle.loads(encoded)
     assert type(read) is type(request) and (read.rid, read.input_text) == ("huge", text)
     assert read.sampling_params.max_new_tokens == 3
-    assert max(writes) <= 3 * io_struct._ENCODE_SLICE_CHARS, max(writes)
+    assert max(writes) <= 3 * sliced_pickle._ENCODE_SLICE_CHARS, max(writes)
 
 
 @pytest.mark.detects_previous_v3
