@@ -127,11 +127,22 @@ _HTTP_SERVER_ENV = "SGLANG_OFFLOAD_IN_HTTP_SERVER"
 
 def serve_http() -> None:
     """Mark this process, and those it starts, as the HTTP server, once this
-    SGLang is one the package supports (sglang_support.check raises if not)."""
+    SGLang is one the package supports (sglang_support.check raises if not).
+    launch_server calls it, never a program embedding sglang.Engine.
+
+    It also shortens the GIL switch interval to
+    SGLANG_HTTP_SERVER_SWITCH_INTERVAL_SECS (default 1 ms; 0 keeps CPython's
+    5 ms): the preprocessing lanes run Python between short native steps
+    while the loop serves, and the loop gives up the GIL in every socket call
+    and may wait a whole interval to get it back, several times per /health
+    answer."""
     from glm53_offload import sglang_support
 
     sglang_support.check()
     os.environ[_HTTP_SERVER_ENV] = "1"
+    interval = env_number("SGLANG_HTTP_SERVER_SWITCH_INTERVAL_SECS", 0.001)
+    if 0 < interval < sys.getswitchinterval():
+        sys.setswitchinterval(interval)
 
 
 def child_processes(name: str, server_default: int, maximum=None) -> int:

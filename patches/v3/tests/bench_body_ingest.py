@@ -93,13 +93,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
-    from sglang.srt.entrypoints import http_server
+    from conftest import large_body_parser
 
     loads = {
         f"{args.concurrent} x {args.body_mb} MB": [image_body(args.body_mb, 2, i) for i in range(args.concurrent)],
         f"1 x {args.big_mb:.0f} MB": [image_body(args.big_mb, 64, 0)],
     }
-    parser_ = getattr(http_server, "_large_body_parser", None)
+    parser_ = large_body_parser()
     print(f"body parser: {type(parser_).__name__ if parser_ else 'none (stock)'}, "
           f"workers {getattr(parser_, 'workers', '-')}")
     for name, bodies in loads.items():

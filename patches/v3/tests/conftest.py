@@ -230,6 +230,23 @@ def patch_tokenizer_manager_global(monkeypatch: pytest.MonkeyPatch, name: str, v
             monkeypatch.setattr(module, name, value)
 
 
+def request_body_module() -> Any:
+    """Where the HTTP server's request-body handling lives: glm53_offload.http_body (v3, v4),
+    else the http_server module (stock, which has no limit and no body parser)."""
+    try:
+        from glm53_offload import http_body
+    except ImportError:
+        from sglang.srt.entrypoints import http_server
+
+        return http_server
+    return http_body
+
+
+def large_body_parser() -> Any:
+    """The server's JSON child pool for large bodies (None: stock, or switched off)."""
+    return getattr(request_body_module(), "LARGE_BODY_PARSER", None)
+
+
 def new_tokenizer_manager(tokenizer: Any = None) -> Any:
     """A bare `TokenizerManager`: `object.__new__` plus the attributes the tested methods read.
     The preprocessing workers are created through the patch's own init hook when the tree has

@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 import glm_vision as glm_vision_module
+from conftest import request_body_module
 
 SHM_DIR = "/dev/shm"
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -222,10 +223,8 @@ def test_a_chunked_body_over_the_limit_is_refused_before_it_is_read(path, monkey
     """16 MiB chunked against a 4 MiB limit: 413 once the limit is crossed (at most one chunk
     past it). The previous v3 checked the limit in ORJSONRequest.json(), which FastAPI calls
     only after starlette's body() read all 16 MiB."""
-    from sglang.srt.entrypoints import http_server
-
     limit = 4 << 20
-    monkeypatch.setattr(http_server, "MAX_REQUEST_BODY_BYTES", limit)
+    monkeypatch.setattr(request_body_module(), "MAX_REQUEST_BODY_BYTES", limit, raising=False)  # stock: none
     status, pulled, answer = _post(path, 16 << 20, declare=False)
     assert status == 413, (status, answer)
     assert pulled <= limit + CHUNK, f"{path} read {pulled} bytes of a body over {limit}"
@@ -236,9 +235,7 @@ def test_a_chunked_body_over_the_limit_is_refused_before_it_is_read(path, monkey
 @pytest.mark.detects_previous_v3
 @pytest.mark.parametrize("path", ROUTES)
 def test_a_declared_length_over_the_limit_is_refused_unread(path, monkeypatch):
-    from sglang.srt.entrypoints import http_server
-
-    monkeypatch.setattr(http_server, "MAX_REQUEST_BODY_BYTES", 4 << 20)
+    monkeypatch.setattr(request_body_module(), "MAX_REQUEST_BODY_BYTES", 4 << 20, raising=False)  # stock: none
     status, pulled, answer = _post(path, 16 << 20, declare=True)
     assert (status, pulled) == (413, 0), (status, pulled, answer)
     assert "16777216 bytes exceeds the limit" in json.dumps(answer)
@@ -247,9 +244,7 @@ def test_a_declared_length_over_the_limit_is_refused_unread(path, monkeypatch):
 def test_a_body_under_the_limit_reaches_the_route(monkeypatch):
     """The limit refuses nothing under it: a body of whitespace is read whole and reaches
     FastAPI's own validation (422 or 400), not a 413."""
-    from sglang.srt.entrypoints import http_server
-
-    monkeypatch.setattr(http_server, "MAX_REQUEST_BODY_BYTES", 4 << 20, raising=False)  # stock: none
+    monkeypatch.setattr(request_body_module(), "MAX_REQUEST_BODY_BYTES", 4 << 20, raising=False)  # stock: none
     status, pulled, _ = _post("/generate", 2 << 20, declare=False)
     assert status != 413 and pulled == 2 << 20, (status, pulled)
 

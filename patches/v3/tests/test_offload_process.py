@@ -27,7 +27,12 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import orjson
 import pytest
-from conftest import patch_tokenizer_manager_global, sglang_version, tokenizer_manager_global
+from conftest import (
+    large_body_parser,
+    patch_tokenizer_manager_global,
+    sglang_version,
+    tokenizer_manager_global,
+)
 from test_dispatch_off_loop import _request, dispatching  # noqa: F401 (a fixture)
 from test_request_preprocessing_off_loop import (
     TOOLS,
@@ -295,9 +300,7 @@ def parse_calls(monkeypatch) -> Iterator[List[int]]:
 
     monkeypatch.setattr(orjson, "loads", recording)
     yield calls
-    from sglang.srt.entrypoints import http_server
-
-    parser = getattr(http_server, "_large_body_parser", None)
+    parser = large_body_parser()
     if parser is not None:
         parser.close()
 
@@ -455,11 +458,9 @@ def test_a_large_invalid_body_raises_orjsons_own_error(parse_calls):
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 def test_a_killed_json_process_costs_no_request(parse_calls, caplog):
-    from sglang.srt.entrypoints import http_server
-
     body = _large_chat_body()
     expected = orjson.loads(body)
-    parser = http_server._large_body_parser
+    parser = large_body_parser()
     _one_worker(parser)
     assert _parse_as_the_server_does(body) == expected
     (first,) = parser._processes
@@ -492,7 +493,6 @@ def test_a_child_that_cannot_start_is_tried_once(
     """A child that cannot start (no interpreter at sys.executable, or a child that exits before
     it is ready) is not started again for every large request: one attempt per lane and per
     parser, one warning each, and every request still served in-process."""
-    from sglang.srt.entrypoints import http_server
     from glm53_offload import offload_process
 
     if failure == "no-interpreter":
@@ -505,7 +505,7 @@ def test_a_child_that_cannot_start_is_tried_once(
     expected_body = orjson.loads(body)
     expected_ids = glm_tokenizer.encode(LARGE_TEXT)
     parse_calls.clear()
-    _one_worker(http_server._large_body_parser)
+    _one_worker(large_body_parser())
 
     with caplog.at_level(logging.WARNING):
         tm = make_tokenizer_manager(glm_tokenizer)
@@ -630,9 +630,7 @@ def test_a_stopped_tokenizer_process_is_killed_at_its_deadline(
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 def test_a_stopped_json_process_is_killed_at_its_deadline(parse_calls, short_deadlines):
-    from sglang.srt.entrypoints import http_server
-
-    parser = http_server._large_body_parser
+    parser = large_body_parser()
     _one_worker(parser)
     body = _large_chat_body()
     expected = orjson.loads(body)
@@ -723,9 +721,7 @@ def test_a_large_invalid_body_is_not_parsed_twice(parse_calls):
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 def test_an_error_the_child_reports_keeps_the_child(parse_calls):
-    from sglang.srt.entrypoints import http_server
-
-    parser = http_server._large_body_parser
+    parser = large_body_parser()
     _one_worker(parser)
     body = _large_chat_body()
     _parse_as_the_server_does(body)
@@ -756,9 +752,7 @@ def test_a_deeply_nested_large_body_stays_in_the_child(parse_calls):
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 def test_concurrent_bodies_parse_in_a_pool_of_children(parse_calls):
-    from sglang.srt.entrypoints import http_server
-
-    parser = http_server._large_body_parser
+    parser = large_body_parser()
     parser.close()
     parser.workers = 2
     bodies = [_large_chat_body() + b" " * i for i in range(4)]
@@ -790,11 +784,10 @@ def test_a_full_body_queue_answers_503(parse_calls):
     """(The body limit's 413 is tested through the real app's routes: test_faults.py.)"""
     from fastapi import HTTPException
 
-    from sglang.srt.entrypoints import http_server
     from glm53_offload import offload_process
 
     body = _large_chat_body()
-    parser = http_server._large_body_parser
+    parser = large_body_parser()
     busy = parser.workers + parser.max_queued
     offload_process.STATS.add_depth("json_process", busy)
     try:
@@ -819,9 +812,7 @@ def _rss_kib(pid: int) -> int:
 @pytest.mark.detects_previous_v3
 def test_an_idle_json_child_holds_no_body(parse_calls):
     """After a 64 MB body the idle child is back to its start-up size (target: at most 50 MiB)."""
-    from sglang.srt.entrypoints import http_server
-
-    parser = http_server._large_body_parser
+    parser = large_body_parser()
     _one_worker(parser)
     big = orjson.dumps({"images": ["A" * (1 << 20)] * 64, "n": 1})
     assert _parse_as_the_server_does(big)["n"] == 1
@@ -1178,6 +1169,30 @@ def test_sock_send_is_send_pyobj_for_every_other_process(monkeypatch):
 
     io_struct.sock_send(Socket(), {"x": 1})
     assert calls == ["send_pyobj"]
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.parametrize("setting, expected", [(None, 0.001), ("0", 0.005), ("0.002", 0.002)])
+def test_the_http_server_entry_shortens_the_switch_interval(setting, expected, monkeypatch):
+    """launch_server calls the package's serve_http: the HTTP server process switches threads
+    every 1 ms unless SGLANG_HTTP_SERVER_SWITCH_INTERVAL_SECS says otherwise (0: CPython's
+    5 ms)."""
+    import sys
+
+    from glm53_offload import offload_process
+
+    monkeypatch.setenv(offload_process._HTTP_SERVER_ENV, "0")  # restored after the test
+    if setting is None:
+        monkeypatch.delenv("SGLANG_HTTP_SERVER_SWITCH_INTERVAL_SECS", raising=False)
+    else:
+        monkeypatch.setenv("SGLANG_HTTP_SERVER_SWITCH_INTERVAL_SECS", setting)
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)  # CPython's default
+    try:
+        offload_process.serve_http()
+        assert sys.getswitchinterval() == pytest.approx(expected)
+    finally:
+        sys.setswitchinterval(before)
 
 
 @pytest.mark.detects_previous_v3

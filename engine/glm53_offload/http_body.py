@@ -1,0 +1,121 @@
+"""Request bodies on the HTTP server's real routes: the size limit, the read and the parse.
+
+FastAPI reads a route's body (the request's body()) before the route's own code runs, so a
+limit checked in json() comes after the whole body is in memory. RequestBodyLimit, an ASGI
+middleware on the app, refuses a body over SGLANG_MAX_REQUEST_BODY_BYTES with 413 before it is
+read past the limit. read_body appends a large body's chunks to one buffer as they arrive
+(starlette joins them at the end: one copy of the whole body holding the GIL, about 250 ms for
+221 MB). parse_json hands a body over LARGE_BODY_MIN_BYTES to a JSON child process
+(offload_process.JsonBodyParser; SGLANG_JSON_PARSE_PROCESSES=0 parses every body here).
+SGLang's http_server keeps the calls: ORJSONRequest.body/json and app.add_middleware.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from glm53_offload.offload_process import BodyQueueFull, JsonBodyParser, env_number
+
+# A body larger than this is parsed by a child process: one orjson.loads of it
+# holds the GIL for 5-50 ms, which on any thread of this process is a stall of
+# the event loop; unpickling the child's result only copies the strings.
+# Smaller bodies parse in well under a millisecond here.
+LARGE_BODY_MIN_BYTES = 1 << 20
+# None when SGLANG_JSON_PARSE_PROCESSES is 0: every body is parsed here.
+LARGE_BODY_PARSER = JsonBodyParser.from_env()
+# The largest request body accepted (413 above it): a body is held in memory
+# whole, and parsed into about as much again.
+MAX_REQUEST_BODY_BYTES = env_number("SGLANG_MAX_REQUEST_BODY_BYTES", 1 << 30)
+
+
+def body_too_large(size: str, limit: int):
+    from fastapi import HTTPException
+
+    return HTTPException(
+        status_code=413,
+        detail=f"request body of {size} bytes exceeds the limit of "
+        f"{limit} bytes (SGLANG_MAX_REQUEST_BODY_BYTES)",
+    )
+
+
+class RequestBodyLimit:
+    """ASGI middleware: a body over MAX_REQUEST_BODY_BYTES is refused with 413
+    on every route before it is read past the limit: a declared
+    Content-Length at once, a chunked body at the chunk that crosses it (raised
+    from `receive`, so the route's body read ends there)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        limit = MAX_REQUEST_BODY_BYTES  # read per request: tests lower it
+        for key, value in scope.get("headers", ()):
+            if key == b"content-length":
+                if value.isdigit() and int(value) > limit:
+                    from fastapi import HTTPException, Request
+
+                    # The app's own HTTPException handler (starlette puts the
+                    # app in the scope): the error body every route answers
+                    # with, OpenAI or Anthropic style.
+                    handler = scope["app"].exception_handlers[HTTPException]
+                    response = await handler(
+                        Request(scope), body_too_large(value.decode(), limit)
+                    )
+                    return await response(scope, receive, send)
+                break
+        received = 0
+
+        async def limited_receive():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise body_too_large(f"more than {limit}", limit)
+            return message
+
+        return await self.app(scope, limited_receive, send)
+
+
+async def read_body(request) -> bytes:
+    """The request's body, appended chunk by chunk to one buffer once it is
+    over LARGE_BODY_MIN_BYTES; cached on the request as starlette does."""
+    if hasattr(request, "_body"):
+        return request._body
+    chunks, size, buffer = [], 0, None
+    async for chunk in request.stream():
+        size += len(chunk)
+        if buffer is None and size > LARGE_BODY_MIN_BYTES and chunks:
+            buffer = bytearray()
+            for part in chunks:
+                buffer += part
+            chunks = None
+        if buffer is None:
+            chunks.append(chunk)
+        else:
+            buffer += chunk
+    if buffer is not None:
+        request._body = buffer
+    elif len(chunks) == 1:
+        request._body = chunks[0]  # no copy (a body delivered in one piece)
+    else:
+        request._body = b"".join(chunks)
+    return request._body
+
+
+async def parse_json(body) -> Any:
+    """The body's JSON: a large body in a child process, a small one here."""
+    if len(body) > LARGE_BODY_MIN_BYTES and LARGE_BODY_PARSER is not None:
+        try:
+            return await LARGE_BODY_PARSER.loads(body)
+        except BodyQueueFull as error:
+            from fastapi import HTTPException
+
+            raise HTTPException(
+                status_code=503, detail=f"server busy parsing bodies: {error}"
+            ) from None
+    return orjson.loads(body)
