@@ -11,11 +11,20 @@ again every SGLANG_EVENT_LOOP_STALL_DUMP_REPEAT_SECS (default 60) while the
 stall lasts.
 
 If the loop thread holds the GIL inside one long C call, no Python thread can
-run.  The backstop is ``faulthandler.dump_traceback_later``, which the watcher
-(never the loop) re-arms every few seconds while it can run: its C thread
-needs no GIL and prints faulthandler's own, unprefixed, ``Timeout (...)!``
-block between stall + margin and stall + margin + re-arm period after the
-GIL was last released.
+run.  The backstop is a kernel timer (``ITIMER_REAL``) whose SIGALRM
+faulthandler handles in C (``faulthandler.register``): the watcher (never the
+loop) pushes the timer out every few seconds while it can run, and when it
+cannot, faulthandler prints every thread's stack, unprefixed and without the
+GIL, between stall + margin and stall + margin + re-arm period after the GIL
+was last released.  Re-arming it is one setitimer call; faulthandler's own
+``dump_traceback_later`` timer is not used because each re-arm of it joins its
+previous C thread with the GIL held (measured up to 20 ms with the CPUs busy),
+and every thread, the event loop's too, waits that long.  The signal is
+blocked in the loop thread and the threads it starts after install(), and
+unblocked in the watcher, so it lands where a blocking call cut short by it
+costs nothing (a thread started before install() may take it too).  A process whose SIGALRM or real-time timer
+is already in use gets the Python-level dumps without the backstop, with a
+warning.
 
 Dumps carry file, line, function and source line only: never local variables,
 arguments or request content.  Every line is prefixed, capped in length and
@@ -36,6 +45,7 @@ import functools
 import logging
 import math
 import os
+import signal
 import sys
 import threading
 import time
@@ -55,16 +65,14 @@ WATCH_THREAD_NAME = "event-loop-stall-watch"
 _HEARTBEAT_SECONDS = 1.0
 # Below two heartbeats a healthy loop's normal tick gap would count as a stall.
 MIN_STALL_SECONDS = 2 * _HEARTBEAT_SECONDS
-# faulthandler's timer overflows near 1e10 s; a stall longer than a day is
-# never a useful threshold.
+# A stall longer than a day is never a useful threshold.
 MAX_STALL_SECONDS = 86400.0
 _MAX_WATCHER_ERRORS = 3
-# The faulthandler backstop fires at least this long after the stall
+# The backstop fires at least this long after the stall
 # threshold, so the Python dump (thread names, source lines) wins when it can.
 _BACKSTOP_MARGIN_SECONDS = 3.0
 # The watcher re-arms the backstop this often (at most; the stall threshold if
-# smaller).  Each re-arm holds the GIL while faulthandler joins its previous
-# C thread (~0.1 ms), which is why the loop never does it.
+# smaller).  The loop never does: its ticks stay a clock read.
 _REARM_SECONDS = 5.0
 # A watcher wait that ends this much later than asked means the watcher could
 # not run (the GIL was held, or the process was stopped).
@@ -98,7 +106,7 @@ class StallDumpConfig:
 
     @property
     def backstop_seconds(self) -> float:
-        """faulthandler's timeout: re-armed every rearm_seconds, it fires
+        """The backstop timer: re-armed every rearm_seconds, it fires
         stall + margin .. stall + margin + rearm after Python last ran."""
         return self.stall_seconds + _BACKSTOP_MARGIN_SECONDS + self.rearm_seconds
 
@@ -227,7 +235,7 @@ class StallDumper:
         )
         self._call_later = loop.call_later
         self._out = _LineWriter(LINE_PREFIX)
-        # Held across os.fork() so no thread can arm the faulthandler timer
+        # Held across os.fork() so no thread can arm the backstop timer
         # between the before-fork cancel and the fork itself.
         self._fork_lock = fork_lock
         self._stall = config.stall_seconds
@@ -244,6 +252,10 @@ class StallDumper:
         return self._stopped
 
     def start(self) -> None:
+        if _state.backstop:
+            # Called on the loop thread: it and the threads it starts from now
+            # on (the watcher unblocks it again) never take the SIGALRM.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
         self._arm_backstop()
         self._call_later(_HEARTBEAT_SECONDS, self._tick)
         self._watcher = threading.Thread(
@@ -256,9 +268,9 @@ class StallDumper:
             return
         self._stopped = True
         self._wake.set()
-        if self._in_owner_process():
+        if self._in_owner_process() and _state.backstop:
             with self._fork_lock:
-                faulthandler.cancel_dump_traceback_later()
+                _set_backstop(0.0)
 
     # --- loop side: the whole per-tick cost ------------------------------
 
@@ -275,7 +287,7 @@ class StallDumper:
         if not self._stopped:
             self._call_later(_HEARTBEAT_SECONDS, self._tick)
 
-    # --- faulthandler backstop and fork hooks ----------------------------
+    # --- the backstop timer and fork hooks ---------------------------------
 
     def _in_owner_process(self) -> bool:
         return os.getpid() == self.pid
@@ -284,29 +296,28 @@ class StallDumper:
         # Non-blocking: a fork in progress holds the lock for a moment only.
         if self._fork_lock.acquire(blocking=False):
             try:
-                if not self._stopped and self._in_owner_process():
-                    faulthandler.dump_traceback_later(
-                        self.config.backstop_seconds, file=_STDERR_FD
-                    )
+                if not self._stopped and self._in_owner_process() and _state.backstop:
+                    _set_backstop(self.config.backstop_seconds)
             finally:
                 self._fork_lock.release()
 
     def _cancel_backstop(self) -> None:
         if self._fork_lock.acquire(blocking=False):
             try:
-                faulthandler.cancel_dump_traceback_later()
+                if _state.backstop:
+                    _set_backstop(0.0)
             finally:
                 self._fork_lock.release()
 
     def before_fork(self) -> None:
         if self._in_owner_process() and not self._stopped:
-            # No timeout: the lock is only ever held around one faulthandler
-            # call, and acquire() releases the GIL that call may be waiting
-            # for.  Going on without it would let a re-arm slip in before the
-            # fork and the child would hang in interpreter shutdown.
+            # No timeout: the lock is only ever held around one setitimer
+            # call.  The timer is stopped for the fork and started again
+            # after it in the parent; a child does not inherit it.
             self._fork_lock.acquire()
             self._fork_lock_held = True
-            faulthandler.cancel_dump_traceback_later()
+            if _state.backstop:
+                _set_backstop(0.0)
 
     def after_fork_in_parent(self) -> None:
         if self._fork_lock_held:
@@ -315,14 +326,18 @@ class StallDumper:
         self._arm_backstop()
 
     def after_fork_in_child(self) -> None:
-        # The timer was cancelled before the fork, so the child's faulthandler
-        # holds no armed timer; make sure nothing here arms one again.
+        # A child starts with no timer; make sure nothing here arms one.
         self._fork_lock_held = False
         self._stopped = True
 
     # --- watcher thread --------------------------------------------------
 
     def _watch(self) -> None:
+        if _state.backstop:
+            # The backstop's SIGALRM comes here (the loop thread and the
+            # threads it starts block it): a signal ends a blocking call early
+            # in the thread it lands in, and this one only waits.
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
         stall = self.config.stall_seconds
         rearm = self.config.rearm_seconds
         # Wakes are at most a heartbeat apart, so re-arming once this much has
@@ -486,8 +501,13 @@ def _format_frames(frame) -> List[str]:
     return lines
 
 
+def _set_backstop(seconds: float) -> None:
+    """Start (or push out) the backstop timer; 0 stops it."""
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+
+
 class _ProcessState:
-    """Per-process registry: the faulthandler timer and fork hooks are
+    """Per-process registry: the backstop timer and fork hooks are
     process-wide, so at most one dumper may own them at a time."""
 
     def __init__(self) -> None:
@@ -495,6 +515,30 @@ class _ProcessState:
         self.fork_lock = threading.Lock()
         self.active: Optional[StallDumper] = None
         self.hooks_registered = False
+        # SIGALRM handed to faulthandler (register_backstop found it free).
+        self.backstop = False
+        self.backstop_checked = False
+
+    def register_backstop(self) -> None:
+        """Hand SIGALRM to faulthandler, once per process, if nothing else
+        uses it (a handler or a running real-time timer); else warn once."""
+        if self.backstop_checked:
+            return
+        self.backstop_checked = True
+        handler = signal.getsignal(signal.SIGALRM)
+        in_use = signal.getitimer(signal.ITIMER_REAL) != (0.0, 0.0)
+        if handler not in (signal.SIG_DFL, None) or in_use:
+            logger.warning(
+                "event-loop stall dump: no C backstop (SIGALRM or the real-time "
+                "timer is in use in this process, handler %r): a loop holding "
+                "the GIL in one C call is not dumped",
+                handler,
+            )
+            return
+        faulthandler.register(
+            signal.SIGALRM, file=_STDERR_FD, all_threads=True, chain=False
+        )
+        self.backstop = True
 
     def before_fork(self) -> None:
         dumper = self.active
@@ -530,7 +574,7 @@ def install(
     a configuration error or any other failure is logged as one warning.
     Calling it again for the loop already watched returns that dumper; a
     dumper whose loop is closed is replaced; another live loop is refused
-    (one faulthandler timer per process).
+    (one backstop timer per process).
     """
     try:
         config = StallDumpConfig.resolve(os.environ, stall_seconds, repeat_seconds)
@@ -554,6 +598,7 @@ def install(
                         "so this loop is not watched"
                     )
                 active.stop()
+            _state.register_backstop()
             if not _state.hooks_registered:
                 os.register_at_fork(
                     before=_state.before_fork,

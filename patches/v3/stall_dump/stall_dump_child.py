@@ -373,7 +373,7 @@ async def real_lifespan_main(args: argparse.Namespace) -> None:
 
 async def fork_lock_main(args: argparse.Namespace) -> None:
     """os.fork() while another thread holds the dumper's fork lock longer
-    than a second and re-arms faulthandler before letting go."""
+    than a second and re-arms the backstop timer before letting go."""
     module = load_stall_dump_module()
     loop = asyncio.get_running_loop()
     holder_done = threading.Event()
@@ -390,7 +390,7 @@ async def fork_lock_main(args: argparse.Namespace) -> None:
             holding.set()
             time.sleep(1.5)  # longer than the dumper ever waited (1 s)
             # What a re-arm does while it holds the lock.
-            faulthandler.dump_traceback_later(30, file=2)
+            signal.setitimer(signal.ITIMER_REAL, 30)
         holder_done.set()
 
     holder = threading.Thread(target=hold, name="fork-lock-holder")
@@ -495,17 +495,19 @@ def _new_loop(kind: str) -> asyncio.AbstractEventLoop:
 
 
 def rearm_main(args: argparse.Namespace) -> None:
-    """Which threads call faulthandler.dump_traceback_later: the loop thread
-    only once, when install() arms; every re-arm from the watcher."""
+    """Which threads arm the backstop timer (signal.setitimer with a timeout):
+    the loop thread only once, when install() arms; every re-arm from the
+    watcher."""
     module = load_stall_dump_module()
     calls: list = []
-    real = faulthandler.dump_traceback_later
+    real = signal.setitimer
 
-    def recording(*a, **k):
-        calls.append(threading.current_thread().name)
-        return real(*a, **k)
+    def recording(which, seconds, *a):
+        if seconds > 0:
+            calls.append(threading.current_thread().name)
+        return real(which, seconds, *a)
 
-    faulthandler.dump_traceback_later = recording
+    signal.setitimer = recording
 
     async def main() -> None:
         dumper = _install(module, args, asyncio.get_running_loop())

@@ -10,7 +10,9 @@ Formats parsed here (written by glm53_offload/stall_dump.py):
   [event-loop-stall] pid=P end of dump N
   [event-loop-stall] pid=P event loop recovered after S s (D dumps)
 
-plus faulthandler's own ``Timeout (h:mm:ss)!`` blocks and the child's
+plus faulthandler's blocks (the backstop's SIGALRM dump: thread and frame lines
+with no header; faulthandler's own timer would head them ``Timeout (h:mm:ss)!``)
+and the child's
 ``MARK name utc=... value`` lines (stall_dump_child.py).
 """
 
@@ -86,7 +88,7 @@ class Dump:
 @dataclasses.dataclass
 class FaultBlock:
     line_no: int
-    timeout: str
+    timeout: Optional[str]  # None: a signal's dump (no Timeout header)
     threads: List[ThreadStack] = dataclasses.field(default_factory=list)
 
 
@@ -143,6 +145,11 @@ def parse(text: str) -> Report:
         if header:
             fault = FaultBlock(n, header["timeout"])
             report.fault_blocks.append(fault)
+            continue
+        if FAULT_THREAD_RE.match(raw):
+            fault = FaultBlock(n, None)
+            report.fault_blocks.append(fault)
+            _extend_fault(fault, raw)
             continue
         mark = MARK_RE.match(raw)
         if mark:
