@@ -907,7 +907,7 @@ def eval_rearm(c: Checks, child: Child, p: Params) -> None:
     # (~0.1 ms and more); on the loop it was most of every tick's cost.
     c.check(
         s,
-        "the loop thread never re-arms faulthandler after install()",
+        "the loop thread never re-arms the backstop after install()",
         lambda: (info.get("loop_thread") == 0, f"{info}"),
     )
     c.check(
