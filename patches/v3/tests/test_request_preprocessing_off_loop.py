@@ -373,14 +373,7 @@ def test_score_tokenizes_off_the_loop(make_tokenizer_manager, glm_tokenizer, hol
     tm = make_tokenizer_manager(HeldTokenizer(glm_tokenizer, hold, hold_encode=True))
     tm.is_generation = True
     tm.server_args.enable_mis = True  # 0.5.19 reads it here
-    generated: List[Any] = []
-
-    async def no_generation(obj, request=None):
-        generated.append(obj)
-        raise _Stop()
-        yield  # an async generator, like generate_request
-
-    tm.generate_request = no_generation
+    generated = _stop_at_generation(tm)
 
     async def scenario():
         with _multi_item_scoring(), pytest.raises(_Stop):
@@ -407,14 +400,7 @@ def test_setwise_score_extraction_tokenizes_off_the_loop(make_tokenizer_manager,
     hold = hold_factory()
     tm = make_tokenizer_manager(HeldTokenizer(glm_tokenizer, hold, hold_encode=True))
     tm.is_generation = True
-    generated: List[Any] = []
-
-    async def no_generation(obj, request=None):
-        generated.append(obj)
-        raise _Stop()
-        yield  # an async generator, like generate_request
-
-    tm.generate_request = no_generation
+    generated = _stop_at_generation(tm)
 
     async def scenario():
         setwise = get_context().override_server_args(
@@ -432,6 +418,20 @@ def test_setwise_score_extraction_tokenizes_off_the_loop(make_tokenizer_manager,
 
 class _Stop(Exception):
     pass
+
+
+def _stop_at_generation(tm: Any) -> List[Any]:
+    """Replace tm.generate_request with a stub that records the request it is given and ends
+    the call there (_Stop); returns the record."""
+    generated: List[Any] = []
+
+    async def no_generation(obj, request=None):
+        generated.append(obj)
+        raise _Stop()
+        yield  # an async generator, like generate_request
+
+    tm.generate_request = no_generation
+    return generated
 
 
 def _multi_item_scoring() -> Any:

@@ -20,16 +20,21 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_a_full_collection_is_written_with_its_monotonic_start(tmp_path: Path):
-    path = tmp_path / "server.gc.jsonl"
-    recorder = gc_timeline.Recorder(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), min_pause_ms=0.0)
-    before = time.monotonic()
+def _collect_recorded(path: Path, generation: int, min_pause_ms: float) -> None:
+    """One gc.collect(generation) with a Recorder writing to `path`."""
+    recorder = gc_timeline.Recorder(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), min_pause_ms)
     gc.callbacks.append(recorder)
     try:
-        gc.collect(2)
+        gc.collect(generation)
     finally:
         gc.callbacks.remove(recorder)
         os.close(recorder.fd)
+
+
+def test_a_full_collection_is_written_with_its_monotonic_start(tmp_path: Path):
+    path = tmp_path / "server.gc.jsonl"
+    before = time.monotonic()
+    _collect_recorded(path, 2, min_pause_ms=0.0)
     after = time.monotonic()
     [line] = [line for line in _lines(path) if line["generation"] == 2]
     assert before <= line["start"] <= line["start"] + line["ms"] / 1000.0 <= after
@@ -38,13 +43,7 @@ def test_a_full_collection_is_written_with_its_monotonic_start(tmp_path: Path):
 
 def test_pauses_under_the_threshold_are_not_written(tmp_path: Path):
     path = tmp_path / "server.gc.jsonl"
-    recorder = gc_timeline.Recorder(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), min_pause_ms=3_600_000)
-    gc.callbacks.append(recorder)
-    try:
-        gc.collect(0)
-    finally:
-        gc.callbacks.remove(recorder)
-        os.close(recorder.fd)
+    _collect_recorded(path, 0, min_pause_ms=3_600_000)
     assert path.read_text() == ""
 
 
