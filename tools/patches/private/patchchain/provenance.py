@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -15,10 +16,34 @@ from .packages import Packages
 APPLIER = "patchchain (tools/patches)"
 
 
+# The applier's entry point: its modules are this one and what it imports from the package.
+_APPLIER_ENTRY = "apply_main"
+
+
+def applier_modules() -> list[Path]:
+    """The package's modules the applier runs: the import closure of apply_main (relative
+    imports, read with ast), so the bump check or rehash, which apply nothing, are not in it."""
+    here = Path(__file__).parent
+    seen: set[str] = set()
+    todo = ["__init__", _APPLIER_ENTRY]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for node in ast.walk(ast.parse((here / f"{name}.py").read_bytes())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module:
+                    todo.append(node.module.split(".")[0])
+                else:  # from . import x
+                    todo.extend(a.name for a in node.names if (here / f"{a.name}.py").is_file())
+    return sorted(here / f"{name}.py" for name in seen)
+
+
 def applier_sources_sha256() -> str:
     """sha256 over the applier's own modules (name, NUL, bytes; sorted): which code applied it."""
     h = hashlib.sha256()
-    for module in sorted(Path(__file__).parent.glob("*.py")):
+    for module in applier_modules():
         h.update(module.name.encode() + b"\0" + module.read_bytes())
     return h.hexdigest()
 

@@ -64,3 +64,13 @@ def test_top_level_names_ignore_what_functions_bind():
     names = top_level_names(b"import a.b\nfrom c import d as e\nX: int = 1\nif 1:\n    Y = 2\n"
                             b"def f():\n    Z = 3\n")
     assert names == {"a", "e", "X", "Y", "f"}
+
+
+def test_the_applier_digest_covers_what_applies_and_not_the_bump_check():
+    """PROVENANCE's applier.sources_sha256 names the code that applied the chain: a change to
+    the bump check (this module's code among it) or to rehash must not change every image."""
+    from tools.patches.private.patchchain import provenance
+
+    names = {module.name for module in provenance.applier_modules()}
+    assert {"apply_main.py", "apply.py", "chain.py", "diffparse.py", "provenance.py", "wheel.py"} <= names
+    assert not names & {"bump.py", "bump_main.py", "package_uses.py", "rehash_main.py"}
