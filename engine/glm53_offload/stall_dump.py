@@ -22,9 +22,9 @@ previous C thread with the GIL held (measured up to 20 ms with the CPUs busy),
 and every thread, the event loop's too, waits that long.  The signal is
 blocked in the loop thread and the threads it starts after install(), and
 unblocked in the watcher, so it lands where a blocking call cut short by it
-costs nothing (a thread started before install() may take it too).  A process whose SIGALRM or real-time timer
-is already in use gets the Python-level dumps without the backstop, with a
-warning.
+costs nothing (a thread started before install() may take it too).  A process
+whose SIGALRM or real-time timer is already in use gets the Python-level dumps
+without the backstop, with a warning.
 
 Dumps carry file, line, function and source line only: never local variables,
 arguments or request content.  Every line is prefixed, capped in length and
@@ -268,7 +268,7 @@ class StallDumper:
             return
         self._stopped = True
         self._wake.set()
-        if self._in_owner_process() and _state.backstop:
+        if self._in_owner_process():
             with self._fork_lock:
                 _set_backstop(0.0)
 
@@ -296,7 +296,7 @@ class StallDumper:
         # Non-blocking: a fork in progress holds the lock for a moment only.
         if self._fork_lock.acquire(blocking=False):
             try:
-                if not self._stopped and self._in_owner_process() and _state.backstop:
+                if not self._stopped and self._in_owner_process():
                     _set_backstop(self.config.backstop_seconds)
             finally:
                 self._fork_lock.release()
@@ -304,8 +304,7 @@ class StallDumper:
     def _cancel_backstop(self) -> None:
         if self._fork_lock.acquire(blocking=False):
             try:
-                if _state.backstop:
-                    _set_backstop(0.0)
+                _set_backstop(0.0)
             finally:
                 self._fork_lock.release()
 
@@ -316,8 +315,7 @@ class StallDumper:
             # after it in the parent; a child does not inherit it.
             self._fork_lock.acquire()
             self._fork_lock_held = True
-            if _state.backstop:
-                _set_backstop(0.0)
+            _set_backstop(0.0)
 
     def after_fork_in_parent(self) -> None:
         if self._fork_lock_held:
@@ -502,8 +500,11 @@ def _format_frames(frame) -> List[str]:
 
 
 def _set_backstop(seconds: float) -> None:
-    """Start (or push out) the backstop timer; 0 stops it."""
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    """Start (or push out) the backstop timer; 0 stops it. Nothing when the
+    process has no backstop (register_backstop found SIGALRM in use): the
+    timer is then someone else's."""
+    if _state.backstop:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
 
 
 class _ProcessState:

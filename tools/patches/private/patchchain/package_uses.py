@@ -39,7 +39,8 @@ class NameUse:
 
 def load_uses(path: Path, version: str) -> dict[str, tuple[str, ...]]:
     """USES[version] of a package's sglang_support.py (stdlib only at import, by its contract)."""
-    spec = importlib.util.spec_from_file_location(f"_package_support_{abs(hash(str(path)))}", path)
+    # Loaded as a module of its own, not registered in sys.modules: only its table is read.
+    spec = importlib.util.spec_from_file_location("_package_support", path)
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)  # type: ignore[union-attr]
@@ -92,24 +93,31 @@ def top_level_names(source: bytes) -> set[str]:
 _BINDING = r"^(?:(?:async\s+)?def|class)\s+{name}\b|^{name}\s*[:=]"
 
 
-def _adding_patch(patches: dict[str, bytes], path: str, name: str) -> str | None:
-    """The first patch whose added lines bind `name` at the top level of `path`."""
-    pattern = re.compile(_BINDING.format(name=re.escape(name)))
+def _added_lines(patches: dict[str, bytes]) -> dict[tuple[str, str], list[str]]:
+    """(patch, file path) -> the lines that patch adds to that file, in patch order."""
+    added: dict[tuple[str, str], list[str]] = {}
     for patch_name, data in patches.items():
         for fp in parse_patch(patch_name, data).files:
-            if fp.path != path:
-                continue
+            lines = added.setdefault((patch_name, fp.path), [])
             for hunk in fp.hunks:
                 old = set(hunk.old_lines)
-                if any(pattern.match(line.decode("utf-8", errors="replace"))
-                       for line in hunk.new_lines if line not in old):
-                    return patch_name
+                lines += [line.decode("utf-8", errors="replace") for line in hunk.new_lines if line not in old]
+    return added
+
+
+def _adding_patch(added: dict[tuple[str, str], list[str]], paths: tuple[str, ...], name: str) -> str | None:
+    """The first patch whose added lines bind `name` at the top level of one of `paths`."""
+    pattern = re.compile(_BINDING.format(name=re.escape(name)))
+    for (patch_name, path), lines in added.items():
+        if path in paths and any(pattern.match(line) for line in lines):
+            return patch_name
     return None
 
 
 def check_uses(uses: dict[str, tuple[str, ...]], tree: BaseTree, patches: dict[str, bytes]) -> list[NameUse]:
     """Each (module, name) of `uses`, looked up in the candidate `tree`, then in `patches`."""
     out = []
+    added = _added_lines(patches)
     for module, names in sorted(uses.items()):
         paths = module_path(module)
         source = None
@@ -122,6 +130,6 @@ def check_uses(uses: dict[str, tuple[str, ...]], tree: BaseTree, patches: dict[s
             if name in bound:
                 out.append(NameUse(module, name, UPSTREAM))
                 continue
-            patch = next((p for p in (_adding_patch(patches, path, name) for path in paths) if p), None)
+            patch = _adding_patch(added, paths, name)
             out.append(NameUse(module, name, HOOKS if patch else MISSING, patch))
     return out
