@@ -226,7 +226,9 @@ class OffloadStats:
     restarts, recycles (a child replaced because it grew), start_failures,
     rejected, swept (segments of dead servers unlinked), and for mm_process
     images_one_at_a_time / images_in_one_call (how a request of several
-    images was processed)."""
+    images was processed) and strings_zero_copy / strings_encoded (how its
+    large strings were written to the child: from the str's own bytes, or
+    encoded to UTF-8 as not ASCII)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -778,6 +780,18 @@ def _sliced_ascii_builder():
 
 
 _SLICED_ASCII = _sliced_ascii_builder()
+
+
+def ascii_bytes(text: str) -> Optional[memoryview]:
+    """A read-only view of an ASCII str's own bytes, with no copy (the str must outlive it), or
+    None for a str that is not ASCII (or no compact ASCII layout). text.encode() of a 48 MP
+    image's base64 copies tens of MB in one call holding the GIL; written from this view, the
+    pipe's os.write steps copy it with the GIL released."""
+    if _SLICED_ASCII is None or not text.isascii():
+        return None
+    return memoryview(
+        (ctypes.c_ubyte * len(text)).from_address(id(text) + _SLICED_ASCII[1])
+    ).toreadonly()
 
 
 def ascii_text(view: memoryview, start: int, end: int) -> str:
@@ -1350,8 +1364,14 @@ class MultimodalProcess(_Child):
         def frames():
             yield skeleton.getvalue()
             for text in strings:
-                # One UTF-8 copy per string (a base64 image): a short call.
-                yield text.encode("utf-8", "surrogatepass")
+                view = ascii_bytes(text)
+                if view is not None:
+                    STATS.count("mm_process", "strings_zero_copy")
+                    yield view
+                else:
+                    # Non-ASCII text (a long prompt): one UTF-8 copy, holding the GIL.
+                    STATS.count("mm_process", "strings_encoded")
+                    yield text.encode("utf-8", "surrogatepass")
 
         try:
             result = self._call(

@@ -8,7 +8,10 @@ an AttributeError on the first image request.
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Dict, Optional, Tuple
+
+logger = logging.getLogger(__name__)
 
 # SGLang version -> module -> the names the package uses from it.
 USES: Dict[str, Dict[str, Tuple[str, ...]]] = {
@@ -33,9 +36,22 @@ USES: Dict[str, Dict[str, Tuple[str, ...]]] = {
     },
 }
 
-# 0.5.23 (patches/v4): the same names; `ShmPointerMMData.adopt`, `_shm_pointers` and
-# `uses_shm_features` are added to mm_utils by v4's offload-process.diff, as by v3's on 0.5.19.
-USES["0.5.23"] = USES["0.5.19"]
+# SGLang version -> (module, function) pairs that build and cache state per tokenizer object on
+# their first call. fill_tokenizer_caches calls them for the preprocessing lanes' tokenizer copies
+# at start-up: 0.5.23's chat encode plan parses the tokenizer's whole JSON in one C call, which
+# held the GIL 250 ms on a lane (the event loop stalled as long) on the first chat after start.
+TOKENIZER_CACHES: Dict[str, Tuple[Tuple[str, str], ...]] = {
+    "0.5.19": (),
+    "0.5.23": (("sglang.srt.entrypoints.openai.parallel_prompt_encode", "_segment_encoder_for"),),
+}
+
+# 0.5.23 (patches/v4): the same names, and its tokenizer caches; `ShmPointerMMData.adopt`,
+# `_shm_pointers` and `uses_shm_features` are added to mm_utils by v4's offload-process.diff, as
+# by v3's on 0.5.19.
+USES["0.5.23"] = {
+    **USES["0.5.19"],
+    **{module: (function,) for module, function in TOKENIZER_CACHES["0.5.23"]},
+}
 
 SUPPORTED = tuple(sorted(USES))
 
@@ -72,3 +88,25 @@ def check(version: Optional[str] = None, import_module=importlib.import_module) 
                     f"glm53_offload needs {module_name}.{name}, which SGLang {version} does not "
                     "have: re-anchor the hook that provides it (patches/ for this version)"
                 )
+
+
+def fill_tokenizer_caches(
+    tokenizer, version: Optional[str] = None, import_module=importlib.import_module
+) -> int:
+    """Call this SGLang's per-tokenizer caches (TOKENIZER_CACHES) for `tokenizer`, so no request
+    pays for building them; the number filled. A cache that fails to build is logged and left to
+    SGLang's first call, as without this."""
+    filled = 0
+    for module_name, function in TOKENIZER_CACHES.get(version or installed_version(), ()):
+        try:
+            getattr(import_module(module_name), function)(tokenizer)
+            filled += 1
+        except Exception:
+            logger.warning(
+                "%s.%s failed for a preprocessing tokenizer at start-up; its first request "
+                "builds it instead",
+                module_name,
+                function,
+                exc_info=True,
+            )
+    return filled

@@ -26,6 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Dict, List, Optional, Tuple, Union
 
+from glm53_offload import sglang_support
 from glm53_offload.offload_process import (
     backend_setup,
     child_processes,
@@ -332,6 +333,8 @@ class OffloadTokenizerManagerMixin:
                 exc_info=True,
             )
             return
+        for tokenizer_copy in copies.values():
+            sglang_support.fill_tokenizer_caches(tokenizer_copy)
         # A small request goes to its own lane, so it never waits behind a
         # multi-MB conversion; each lane is FIFO. The threads start on first use.
         self._preprocessing_lanes = {

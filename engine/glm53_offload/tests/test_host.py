@@ -54,6 +54,29 @@ def test_a_missing_module_is_refused_naming_it():
         sglang_support.check("0.5.19", import_module=import_module)
 
 
+def test_tokenizer_caches_are_filled_for_the_version_and_their_functions_are_checked():
+    module, function = sglang_support.TOKENIZER_CACHES["0.5.23"][0]
+    assert function in sglang_support.USES["0.5.23"][module]
+    filled = []
+    modules = {module: types.SimpleNamespace(**{function: filled.append})}
+    tokenizer = object()
+
+    assert sglang_support.fill_tokenizer_caches(tokenizer, "0.5.23", modules.__getitem__) == 1
+    assert filled == [tokenizer]
+    assert sglang_support.fill_tokenizer_caches(tokenizer, "0.5.19", modules.__getitem__) == 0
+
+
+def test_a_tokenizer_cache_that_fails_is_logged_and_left_to_sglang(caplog):
+    module, function = sglang_support.TOKENIZER_CACHES["0.5.23"][0]
+
+    def fails(tokenizer):
+        raise RuntimeError("no plan")
+
+    modules = {module: types.SimpleNamespace(**{function: fails})}
+    assert sglang_support.fill_tokenizer_caches(object(), "0.5.23", modules.__getitem__) == 0
+    assert f"{module}.{function} failed" in caplog.text
+
+
 class _Exploit:
     def __reduce__(self):
         return (os.system, ("true",))
@@ -118,6 +141,16 @@ def test_an_in_place_string_is_copied_a_slice_at_a_time_with_the_gil_released(mo
     after = offload_process.STATS.snapshot()
     assert after.get("json_process.strings_in_place_sliced", 0) == \
         before.get("json_process.strings_in_place_sliced", 0) + 1
+
+
+def test_an_ascii_string_is_viewed_in_place_and_a_non_ascii_one_is_not():
+    """The view is the str's own bytes (its address is inside the str object), not a copy."""
+    text = "".join(chr(32 + i % 95) for i in range(3 * 1024 * 1024))
+    view = offload_process.ascii_bytes(text)
+
+    assert view is not None and view.readonly and bytes(view) == text.encode("ascii")
+    assert id(text) < ctypes.addressof(view.obj) < id(text) + sys.getsizeof(text)
+    assert offload_process.ascii_bytes("caf\u00e9 " * 100_000) is None
 
 
 @pytest.mark.parametrize("start,end", [(-1, 10), (5, 4), (0, 1 << 21)])

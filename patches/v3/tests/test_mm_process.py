@@ -97,6 +97,10 @@ def _stats() -> dict:
     return {k.split(".", 1)[1]: v for k, v in STATS.snapshot().items() if k.startswith("mm_process.")}
 
 
+def _delta(before: dict, event: str) -> int:
+    return _stats().get(event, 0) - before.get(event, 0)
+
+
 def _scheduler_side(pointer):
     """What the scheduler does with a feature: unpickle (maps the segment) and materialize
     (copies it out, unlinks it)."""
@@ -132,6 +136,12 @@ def test_a_child_produces_the_in_process_features_and_prompt(glm_vision, pool, n
     # them in one call): the features below must still be the same bytes.
     staged = before.get("images_one_at_a_time", 0) + (len(images) > 1)
     assert _stats().get("images_one_at_a_time", 0) == staged
+    # Each image's base64 went to the child from the str's own bytes (no copy holding the GIL).
+    from glm53_offload.offload_process import _BIG_STRING_CHARS
+
+    big = sum(len(url) > _BIG_STRING_CHARS for url in images)
+    assert big and _delta(before, "strings_zero_copy") == big
+    assert _delta(before, "strings_encoded") == 0
     assert got.input_ids == expected.input_ids, "the prompt's token ids differ"
     assert got.input_ids.count(glm_vision.hf_config.image_token_id) > len(images), "placeholders not expanded"
     assert torch.equal(got.mrope_positions, expected.mrope_positions)

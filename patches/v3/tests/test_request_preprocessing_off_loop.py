@@ -416,6 +416,36 @@ def test_setwise_score_extraction_tokenizes_off_the_loop(make_tokenizer_manager,
     _assert_off_loop(hold, "score extraction's query + item encodes")
 
 
+@pytest.mark.detects_stock_bug_on("0.5.23")
+@pytest.mark.skipif(sglang_version() == "0.5.19", reason="0.5.19 has no chat encode plan")
+def test_the_first_chat_builds_no_tokenizer_plan(make_tokenizer_manager, glm_tokenizer, monkeypatch):
+    """0.5.23's chat encode builds a plan per tokenizer object on its first call: the tokenizer's
+    whole JSON parsed in one C call, which held the GIL 250 ms on a lane in the lab's mixed traffic
+    (v4's worst probe). v4 builds it for the lanes' copies when the manager starts, so a chat
+    after start builds none (stock 0.5.23 builds it in the first chat, on the loop)."""
+    from sglang.srt.entrypoints.openai import parallel_prompt_encode
+    from sglang.srt.runtime_context import get_context
+
+    tm = make_tokenizer_manager(copy.deepcopy(glm_tokenizer))  # a tokenizer with no plan yet
+    built: List[str] = []
+    real = parallel_prompt_encode._build_plan
+
+    def recording(tokenizer):
+        built.append(threading.current_thread().name)
+        return real(tokenizer)
+
+    with get_context().override_server_args():
+        serving = ChatServing(tm, TemplateManager())
+        monkeypatch.setattr(parallel_prompt_encode, "_build_plan", recording)
+        # Over 0.5.23's parallel-encode minimum (32 Ki characters), under the tokenizer
+        # process's (256 Ki): encoded on the lane, by parallel_prompt_encode.
+        result = asyncio.run(serving.handle_request(_chat("a chat after start " * 3000), None))
+
+    assert isinstance(result, dict), f"handle_request returned an error: {result!r}"
+    assert result["input_ids"]
+    assert built == [], f"the chat built a tokenizer plan on {built}"
+
+
 class _Stop(Exception):
     pass
 
