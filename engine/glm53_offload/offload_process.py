@@ -66,7 +66,7 @@ import sys
 import threading
 import time
 from array import array
-from typing import Any, BinaryIO, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Tuple
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import ctypes
 import datetime
-import faulthandler
 import importlib
 import json
 import logging

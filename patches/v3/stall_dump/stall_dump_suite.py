@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
-import datetime
 import json
 import os
 import secrets

@@ -397,7 +397,6 @@ def test_the_post_warmup_freeze_gc_waits_for_the_server_to_listen(monkeypatch, c
     traceback (which the rollout's startup-log gate refuses) and left the GC unfrozen."""
     import http.server
     import logging
-    import socket
     import threading
     from types import SimpleNamespace
 

@@ -21,7 +21,7 @@ import os
 import pickle
 import signal
 import zlib
-from typing import Any, List
+from typing import List
 
 import pytest
 

@@ -18,12 +18,11 @@ import asyncio
 import contextlib
 import contextvars
 import copy
-import json
 import logging
 import threading
 import time
 from types import SimpleNamespace
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import httpx
 import pytest

@@ -28,7 +28,7 @@ from types import SimpleNamespace
 from typing import Any, List, Optional, Tuple
 
 import pytest
-from conftest import patch_tokenizer_manager_global, tokenizer_manager_global
+from conftest import patch_tokenizer_manager_global
 import torch
 
 from sglang.srt.managers import mm_utils
