@@ -105,15 +105,18 @@ def worst_probes_table(worst: dict[str, dict[str, dict]], arms: tuple[str, ...])
     def cell(value: float | None) -> str:
         return "-" if value is None else _ms(value)
 
+    def count(value: int | None) -> str:
+        return "-" if value is None else f"{value:,}"
+
     lines = [
         "Slowest probes split by schedstat: the server's event-loop thread's runqueue wait and the"
         " prober's own (runnable but not running: the host's CPU was busy elsewhere) and the remainder"
         " (/health minus both waits: the design's own delay); loop on CPU: how long the loop thread ran"
-        " meanwhile.",
+        " meanwhile, of which in the kernel (clock-tick sampled: 10 ms steps), and the page faults it took.",
         "",
         "| Window | Arm | Rank | /health | Loop runqueue wait | Prober runqueue wait | Remainder | Loop on CPU"
-        " | Probes sampled |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        " | Loop in kernel | Loop page faults | Probes sampled |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     names = list(dict.fromkeys(name for arm in arms for name in worst.get(arm, {})))
     for name in names:
@@ -125,7 +128,8 @@ def worst_probes_table(worst: dict[str, dict[str, dict]], arms: tuple[str, ...])
             for rank, split in enumerate(entry["worst"], 1):
                 lines.append(f"| {name} | {arm} | {rank} | {_ms(split['ms'])} | {cell(split['runqueue_ms'])}"
                              f" | {cell(split.get('prober_runqueue_ms'))} | {cell(split['remainder_ms'])}"
-                             f" | {cell(split['loop_cpu_ms'])} | {sampled} |")
+                             f" | {cell(split['loop_cpu_ms'])} | {cell(split.get('loop_kernel_ms'))}"
+                             f" | {count(split.get('loop_faults'))} | {sampled} |")
     return "\n".join(lines) + "\n"
 
 

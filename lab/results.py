@@ -24,6 +24,9 @@ class ResultsError(Exception):
 # One read of /proc/<pid>/task/<tid>/schedstat: time on CPU (ns), time waiting on a runqueue
 # (ns), timeslices.
 Schedstat = tuple[int, int, int]
+# One read of /proc/<pid>/task/<tid>/stat: minor faults, major faults, user ms, kernel ms (the
+# times in clock ticks).
+ThreadStat = tuple[int, int, int, int]
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,8 @@ class Probe:
     loop_sched: tuple[Schedstat, Schedstat] | None = None
     # The prober's own thread's schedstat around the same probe (None: not recorded).
     prober_sched: tuple[Schedstat, Schedstat] | None = None
+    # The loop thread's stat around the same probe (None: not recorded).
+    loop_stat: tuple[ThreadStat, ThreadStat] | None = None
 
     @property
     def missed(self) -> bool:
@@ -71,8 +76,8 @@ class FloodStats:
     requests_ok: int
 
 
-def _schedstat_pair(raw) -> tuple[Schedstat, Schedstat] | None:
-    return None if raw is None else tuple(tuple(int(v) for v in sample[:3]) for sample in raw[:2])
+def _sample_pair(raw, fields: int) -> tuple | None:
+    return None if raw is None else tuple(tuple(int(v) for v in sample[:fields]) for sample in raw[:2])
 
 
 def load_probes(path: Path) -> list[Probe]:
@@ -86,9 +91,9 @@ def load_probes(path: Path) -> list[Probe]:
             continue
         try:
             raw = json.loads(line)
-            sched, prober_sched = (_schedstat_pair(raw.get(key)) for key in ("loop_sched", "prober_sched"))
+            sched, prober_sched = (_sample_pair(raw.get(key), 3) for key in ("loop_sched", "prober_sched"))
             probes.append(Probe(float(raw["start"]), float(raw["end"]), float(raw["ms"]), int(raw["status"]),
-                                raw.get("error"), sched, prober_sched))
+                                raw.get("error"), sched, prober_sched, _sample_pair(raw.get("loop_stat"), 4)))
         except (ValueError, KeyError, TypeError) as err:
             # The prober may be killed mid-line; only the last line may be partial.
             if number == len(lines):
@@ -149,6 +154,11 @@ class ProbeSplit:
     when the wait ends, so a wait that began before the probe counts whole: the waits are
     capped at the probe's latency. None when the probe has no schedstat samples (the prober's
     wait: 0 for runs that did not record it).
+
+    loop_faults: page faults the loop thread took during the probe (minor and major);
+    loop_kernel_ms: the part of its CPU time the kernel accounted to kernel mode (faulting pages
+    in, reclaiming memory), sampled per clock tick (10 ms at CLK_TCK 100), so a count of ticks,
+    not a measurement of short spans. None where not recorded.
     """
 
     ms: float
@@ -156,6 +166,8 @@ class ProbeSplit:
     loop_cpu_ms: float | None
     remainder_ms: float | None
     prober_runqueue_ms: float | None = None
+    loop_faults: int | None = None
+    loop_kernel_ms: float | None = None
 
 
 def _deltas(probe: Probe, pair: tuple[Schedstat, Schedstat], what: str) -> tuple[float, float]:
@@ -167,9 +179,21 @@ def _deltas(probe: Probe, pair: tuple[Schedstat, Schedstat], what: str) -> tuple
     return (cpu1 - cpu0) / 1e6, (wait1 - wait0) / 1e6
 
 
+def _stat_deltas(probe: Probe) -> tuple[int | None, float | None]:
+    """(page faults, kernel ms) of the loop thread between the two samples of its stat."""
+    if probe.loop_stat is None:
+        return None, None
+    before, after = probe.loop_stat
+    if any(b > a for b, a in zip(before, after)):
+        raise ResultsError(f"probe at {probe.start:.3f}: loop stat went backwards {probe.loop_stat}"
+                           " (not the same thread?)")
+    return (after[0] - before[0]) + (after[1] - before[1]), float(after[3] - before[3])
+
+
 def split_probe(probe: Probe) -> ProbeSplit:
+    faults, kernel_ms = _stat_deltas(probe)
     if probe.loop_sched is None:
-        return ProbeSplit(round(probe.ms, 1), None, None, None)
+        return ProbeSplit(round(probe.ms, 1), None, None, None, None, faults, kernel_ms)
     loop_cpu, loop_wait = _deltas(probe, probe.loop_sched, "loop")
     runqueue = min(loop_wait, probe.ms)
     prober_wait = 0.0
@@ -177,7 +201,8 @@ def split_probe(probe: Probe) -> ProbeSplit:
         prober_wait = min(_deltas(probe, probe.prober_sched, "prober")[1], probe.ms - runqueue)
     return ProbeSplit(round(probe.ms, 1), round(runqueue, 1), round(loop_cpu, 1),
                       round(probe.ms - runqueue - prober_wait, 1),
-                      round(prober_wait, 1) if probe.prober_sched is not None else None)
+                      round(prober_wait, 1) if probe.prober_sched is not None else None,
+                      faults, kernel_ms)
 
 
 WORST_SPLIT = 3  # worst probes split per window
@@ -358,9 +383,12 @@ def _validate_worst_probes(worst: dict, arms: tuple[str, ...]) -> None:
                     raise ResultsError(f"{where}.worst keys {sorted(item)}, expected {sorted(split_keys)}")
                 if not isinstance(item["ms"], float):
                     raise ResultsError(f"{where}.worst.ms = {item['ms']!r} is not float")
-                for key in split_keys - {"ms"}:
+                for key in split_keys - {"ms", "loop_faults"}:
                     if item[key] is not None and not isinstance(item[key], float):
                         raise ResultsError(f"{where}.worst.{key} = {item[key]!r} is neither null nor float")
+                faults = item["loop_faults"]
+                if faults is not None and (not isinstance(faults, int) or isinstance(faults, bool)):
+                    raise ResultsError(f"{where}.worst.loop_faults = {faults!r} is neither null nor int")
 
 
 def validate(results: dict, arms: tuple[str, ...] = ("stock", "v3")) -> None:

@@ -6,7 +6,8 @@ still waiting when the next one is due delays it (the next starts when it return
 
     {"start": <monotonic s>, "end": <monotonic s>, "ms": <latency>, "status": <HTTP status or 0>,
      "error": <str or null>, "loop_sched": [[cpu_ns, runqueue_ns, slices], [...]] or null,
-     "prober_sched": [[cpu_ns, runqueue_ns, slices], [...]] or null}
+     "prober_sched": [[cpu_ns, runqueue_ns, slices], [...]] or null,
+     "loop_stat": [[minor_faults, major_faults, user_ms, kernel_ms], [...]] or null}
 
 With --loop-pid, "loop_sched" is the server's event-loop thread's /proc/<pid>/task/<pid>/schedstat
 (its main thread runs uvicorn's loop) read just before and just after the probe: the growth of
@@ -14,6 +15,9 @@ the runqueue field is time the loop was runnable but had no CPU (lab/results.py 
 null when it could not be read (the server gone). "prober_sched" is the prober's own thread's
 schedstat around the same probe: a probe can also wait because the prober itself had no CPU
 (sending the request or reading the answer), which is the host's doing as much as the loop's wait.
+"loop_stat" is the loop thread's /proc/<pid>/task/<pid>/stat around the probe: its page faults
+(exact counts) and its user and kernel time (in clock ticks, so sampled at 1/CLK_TCK): loop CPU
+time spent in the kernel (faulting pages in, reclaiming memory) is not the loop's Python work.
 
 CLOCK_MONOTONIC is shared by all processes of the machine/container, so the session lines
 probes up with its own request timestamps. SIGTERM stops it after flushing.
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import signal
 import socket
 import sys
@@ -49,12 +54,28 @@ def read_schedstat(path: Path) -> list[int] | None:
         return None
 
 
+def read_stat(path: Path) -> list[int] | None:
+    """[minor faults, major faults, user ms, kernel ms] from a /proc/.../stat, or None if
+    unreadable. The fields after the command name (which may hold spaces) are counted from its
+    closing parenthesis: minflt is field 10, majflt 12, utime 14, stime 15 (proc(5))."""
+    try:
+        text = path.read_text()
+        fields = text[text.rindex(")") + 2 :].split()
+        ms_per_tick = 1000 // os.sysconf("SC_CLK_TCK")
+        return [int(fields[7]), int(fields[9]), int(fields[11]) * ms_per_tick,
+                int(fields[12]) * ms_per_tick]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 # This thread's own schedstat (the prober is single-threaded).
 OWN_SCHEDSTAT = Path("/proc/thread-self/schedstat")
 
 
 def probe_once(host: str, port: int, timeout_s: float, schedstat: Path | None = None) -> dict:
     # Read outside the timed window, so the probe's latency does not include the reads.
+    stat = schedstat.with_name("stat") if schedstat else None
+    stat_before = read_stat(stat) if stat else None
     before = read_schedstat(schedstat) if schedstat else None
     own_before = read_schedstat(OWN_SCHEDSTAT) if schedstat else None
     start = time.monotonic()
@@ -76,6 +97,8 @@ def probe_once(host: str, port: int, timeout_s: float, schedstat: Path | None = 
         after = read_schedstat(schedstat)
         sample["loop_sched"] = [before, after] if before and after else None
         sample["prober_sched"] = [own_before, own_after] if own_before and own_after else None
+        stat_after = read_stat(stat)
+        sample["loop_stat"] = [stat_before, stat_after] if stat_before and stat_after else None
     return sample
 
 
