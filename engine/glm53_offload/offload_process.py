@@ -48,6 +48,7 @@ Roles:
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import fcntl
 import io
@@ -66,7 +67,7 @@ import sys
 import threading
 import time
 from array import array
-from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Tuple
+from typing import Any, BinaryIO, Dict, Iterable, Iterator, List, Optional, Tuple
 
 logger = logging.getLogger(__name__)
 
@@ -1299,9 +1300,31 @@ def segment_owner() -> Optional[SegmentOwner]:
         return _owner
 
 
+# The segment names a caller chose for the segments the calling thread creates
+# (segment_names); unset: owned_segment_name makes them.
+_chosen_names = threading.local()
+
+
+@contextlib.contextmanager
+def segment_names(names: Iterator[str]) -> Iterator[None]:
+    """Within it, owned_segment_name on this thread returns next(names): a
+    multimodal child names its segments with the prefix its call was given,
+    so the server can find and unlink them by name if the call fails."""
+    _chosen_names.names = names
+    try:
+        yield
+    finally:
+        _chosen_names.names = None
+
+
 def owned_segment_name(kind: str) -> str:
-    """A new segment name that carries this process's owner token (the
-    stock pid-stamped name where no owner file can be made)."""
+    """A new segment name (SGLang's ShmPointerMMData calls it for every
+    segment): the caller's choice within segment_names, else one that carries
+    this process's owner token (the stock pid-stamped name where no owner file
+    can be made)."""
+    chosen = getattr(_chosen_names, "names", None)
+    if chosen is not None:
+        return next(chosen)
     owner = segment_owner()
     if owner is None:
         from sglang.srt.utils.stale_shm_cleanup import make_shm_name
@@ -1661,10 +1684,49 @@ def mm_setup(mm_processor, server_args, hf_config, hf_processor, transport_mode)
 
 
 def _adopt_segment(shm_name, shape, dtype, precomputed_hash):
-    """A child's segment as a pointer the parent owns but does not map."""
+    """A child's segment as SGLang's pointer (the scheduler unpickles that
+    class), owned here but not mapped: this process only forwards it to the
+    scheduler or unlinks it."""
     from sglang.srt.managers.mm_utils import ShmPointerMMData
 
-    return ShmPointerMMData.adopt(shm_name, shape, dtype, precomputed_hash)
+    pointer = ShmPointerMMData.__new__(ShmPointerMMData)
+    pointer.shm_name, pointer.shape, pointer.dtype = shm_name, shape, dtype
+    pointer.precomputed_hash = precomputed_hash
+    pointer._shm_handle = pointer.tensor = pointer._materialization_error = None
+    # Owned until handed to the scheduler (hand_off_shm_features): its
+    # __del__ unlinks a segment of a request dropped on any other path.
+    pointer._owned = True
+    return pointer
+
+
+def uses_shm_features() -> bool:
+    """Whether dispatch hands multimodal features to the scheduler as shared
+    memory segments (single node, tokenizer in this server): SGLang's own
+    test in wrap_shm_features."""
+    from sglang.srt.managers.mm_utils import _get_is_default_transport
+    from sglang.srt.runtime_context import get_serving
+
+    return not (_get_is_default_transport() or get_serving().skip_tokenizer_init)
+
+
+def shm_pointers(value):
+    """The ShmPointerMMData of a feature: itself, or those of a list."""
+    from sglang.srt.managers.mm_utils import ShmPointerMMData
+
+    if isinstance(value, ShmPointerMMData):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        yield from (t for t in value if isinstance(t, ShmPointerMMData))
+
+
+def hand_off_shm_features(obj) -> None:
+    """After dispatch: the scheduler owns (and unlinks) every segment of the
+    request, including those a multimodal child created."""
+    if obj.mm_inputs:
+        for item in obj.mm_inputs.mm_items:
+            for value in (item.feature, item.precomputed_embeddings):
+                for pointer in shm_pointers(value):
+                    pointer._owned = False
 
 
 def _tensor_from_bytes(data: bytes, dtype: str, shape: Tuple[int, ...]):
@@ -1897,12 +1959,13 @@ def _serve_mm(inp: BinaryIO, out: BinaryIO) -> None:
     from sglang.srt.environ import envs
     from multiprocessing import resource_tracker
 
-    from sglang.srt.managers.mm_utils import (
-        _shm_pointers,
-        uses_shm_features,
-        wrap_shm_features,
-    )
+    from sglang.srt.managers.mm_utils import wrap_shm_features
     from sglang.srt.runtime_context import publish
+
+    # SGLang's ShmPointerMMData names segments through the package module
+    # (this file imported as glm53_offload.offload_process), not through this
+    # script's __main__: the names are chosen there.
+    from glm53_offload.offload_process import segment_names
 
     spec = pickle.loads(_child_read_frame(inp))
     publish(spec["server_args"], role="tokenizer")
@@ -1954,10 +2017,10 @@ def _serve_mm(inp: BinaryIO, out: BinaryIO) -> None:
                         item.set_pad_value()
                     if not shm:
                         continue
-                    wrap_shm_features(
-                        SimpleNamespace(mm_inputs=SimpleNamespace(mm_items=[item])),
-                        names,
-                    )
+                    with segment_names(names):
+                        wrap_shm_features(
+                            SimpleNamespace(mm_inputs=SimpleNamespace(mm_items=[item]))
+                        )
                     if staged is not None:
                         for source in sources:
                             if hasattr(source, "data_ptr"):
@@ -1966,7 +2029,7 @@ def _serve_mm(inp: BinaryIO, out: BinaryIO) -> None:
                     # This process's resource tracker would unlink them when
                     # it exits; they belong to the server and the scheduler.
                     for value in (item.feature, item.precomputed_embeddings):
-                        for pointer in _shm_pointers(value):
+                        for pointer in shm_pointers(value):
                             resource_tracker.unregister(
                                 "/" + pointer.shm_name, "shared_memory"
                             )

@@ -21,8 +21,9 @@ USES: Dict[str, Dict[str, Tuple[str, ...]]] = {
         "sglang.srt.managers.io_struct": ("BaseReq", "_USE_PICKLE_IPC", "msgpack_encode"),
         "sglang.srt.managers.mm_utils": (
             "ShmPointerMMData",
-            "_shm_pointers",
-            "uses_shm_features",
+            "_get_is_default_transport",
+            "discard_mm_inputs_shm",
+            "discard_shm_features",
             "wrap_shm_features",
         ),
         "sglang.srt.managers.schedule_batch": (
@@ -31,7 +32,7 @@ USES: Dict[str, Dict[str, Tuple[str, ...]]] = {
             "MultimodalInputFormat",
             "MultimodalProcessorOutput",
         ),
-        "sglang.srt.runtime_context": ("publish",),
+        "sglang.srt.runtime_context": ("get_serving", "publish"),
         "sglang.srt.utils.stale_shm_cleanup": ("make_shm_name",),
     },
 }
@@ -45,9 +46,8 @@ TOKENIZER_CACHES: Dict[str, Tuple[Tuple[str, str], ...]] = {
     "0.5.23": (("sglang.srt.entrypoints.openai.parallel_prompt_encode", "_segment_encoder_for"),),
 }
 
-# 0.5.23 (patches/v4): the same names, and its tokenizer caches; `ShmPointerMMData.adopt`,
-# `_shm_pointers` and `uses_shm_features` are added to mm_utils by v4's offload-process.diff, as
-# by v3's on 0.5.19.
+# 0.5.23 (patches/v4): the same names, and its tokenizer caches; `discard_mm_inputs_shm` is
+# added to mm_utils by v4's offload-process.diff, as by v3's on 0.5.19.
 USES["0.5.23"] = {
     **USES["0.5.19"],
     **{module: (function,) for module, function in TOKENIZER_CACHES["0.5.23"]},

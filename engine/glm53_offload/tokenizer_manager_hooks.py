@@ -43,6 +43,7 @@ from glm53_offload.offload_process import (
     STATS as OFFLOAD_STATS,
     TokenizerProcess,
     TokenizerProcessMismatch,
+    uses_shm_features,
 )
 from glm53_offload.sliced_pickle import sock_encode
 from sglang.srt.managers.io_struct import (
@@ -52,7 +53,6 @@ from sglang.srt.managers.io_struct import (
 from sglang.srt.managers.mm_utils import (
     discard_mm_inputs_shm,
     discard_shm_features,
-    uses_shm_features,
     wrap_shm_features,
 )
 

@@ -203,6 +203,23 @@ def test_the_real_dev_shm_takes_an_owner_file():
         os.unlink(owner.path)
 
 
+def test_chosen_segment_names_hold_for_their_thread_and_block_only():
+    """A multimodal child names its segments with its call's prefix (segment_names); the
+    choice is the calling thread's, and ends with the block."""
+    chosen, seen_elsewhere = iter(["sgl_shm_mmproc1_t_0", "sgl_shm_mmproc1_t_1"]), []
+    with offload_process.segment_names(chosen):
+        first = offload_process.owned_segment_name("mm")
+        other = threading.Thread(
+            target=lambda: seen_elsewhere.append(getattr(offload_process._chosen_names, "names", None)))
+        other.start()
+        other.join()
+        second = offload_process.owned_segment_name("mm")
+
+    assert (first, second) == ("sgl_shm_mmproc1_t_0", "sgl_shm_mmproc1_t_1")
+    assert seen_elsewhere == [None]
+    assert offload_process._chosen_names.names is None
+
+
 def test_the_stall_dump_names_the_blocking_frame(monkeypatch, capfd):
     """A loop blocked until the dump was written: released by the dump, not by a clock."""
     monkeypatch.setenv("SGLANG_EVENT_LOOP_STALL_DUMP_SECS", "2")

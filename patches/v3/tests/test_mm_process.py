@@ -448,7 +448,7 @@ def test_a_full_queue_is_refused(glm_vision, pool):
 def test_an_undispatched_request_unlinks_its_segments_when_dropped(glm_vision, pool):
     """A request dropped before dispatch on a path that unlinks nothing itself (a batch whose
     later item failed) still frees its segments; one handed to the scheduler does not."""
-    from sglang.srt.managers.mm_utils import hand_off_shm_features
+    from glm53_offload.offload_process import hand_off_shm_features
 
     obj = _request([_url(_png(640, 480, 13))])
     dropped = asyncio.run(pool.process(_kwargs(obj), 1, _never_in_process))

@@ -566,14 +566,17 @@ def test_a_lane_counts_each_request_once_and_each_of_its_steps(make_tokenizer_ma
 @pytest.mark.detects_previous_v3
 def test_the_backend_is_serialized_once(make_tokenizer_manager, glm_tokenizer, monkeypatch):
     """Every lane's process (and a replacement) starts from one serialization of the backend:
-    to_str() of a 151 K-token tokenizer holds the GIL for hundreds of milliseconds."""
+    to_str() of a 151 K-token tokenizer holds the GIL for hundreds of milliseconds. (0.5.23's
+    chat encode plan serializes each lane's copy once more, at start-up: SGLang's own, not
+    counted here; test_the_first_chat_builds_no_tokenizer_plan covers when.)"""
     from tokenizers import Tokenizer
 
     calls: List[str] = []
     real = Tokenizer.to_str
 
     def counting(self, *args, **kwargs):
-        calls.append(threading.current_thread().name)
+        if sys._getframe(1).f_code.co_name != "_build_plan":
+            calls.append(threading.current_thread().name)
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(Tokenizer, "to_str", counting)
