@@ -191,6 +191,25 @@ def test_a_multimodal_chats_cached_prompt_text_is_decoded_with_the_gil_released(
     assert _delta(before, "prompt_decode") == {"prompt_decode.gil_free": 1}
 
 
+@pytest.mark.detects_stock_bug_on("0.5.19")
+@pytest.mark.skipif(sglang_version() != "0.5.19", reason="0.5.23 decodes in its template cache (the test above)")
+def test_a_multimodal_chats_prompt_text_is_decoded_with_the_gil_released(
+    make_tokenizer_manager, glm_tokenizer
+):
+    """0.5.19 decodes every chat of a multimodal model back to text (the prompt the multimodal
+    processor reads), on the lane: transformers' decode holds the GIL for its whole Rust call. In
+    the lab's mixed traffic a slow probe followed each 200 KB tool chat on the vision server.
+    v3 decodes it through decode_prompt."""
+    tm = make_tokenizer_manager(glm_tokenizer)
+    serving = ChatServing(tm, TemplateManager())
+    before = _counts()
+
+    result = serving._apply_jinja_template(_chat(LARGE_TEXT[:50_000]), tools=None, is_multimodal=True)
+
+    assert result.prompt == glm_tokenizer.decode(result.prompt_ids)
+    assert _delta(before, "prompt_decode") == {"prompt_decode.gil_free": 1}
+
+
 @pytest.mark.detects_stock_bug
 @pytest.mark.detects_previous_v3
 def test_large_tools_chat_prompt_is_identical_and_encoded_in_another_process(
