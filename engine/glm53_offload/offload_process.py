@@ -1709,14 +1709,16 @@ def uses_shm_features() -> bool:
     return not (_get_is_default_transport() or get_serving().skip_tokenizer_init)
 
 
-def shm_pointers(value):
-    """The ShmPointerMMData of a feature: itself, or those of a list."""
+def item_shm_pointers(item):
+    """The ShmPointerMMData of a multimodal item's feature and precomputed
+    embeddings (each a pointer, or a list holding some)."""
     from sglang.srt.managers.mm_utils import ShmPointerMMData
 
-    if isinstance(value, ShmPointerMMData):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        yield from (t for t in value if isinstance(t, ShmPointerMMData))
+    for value in (item.feature, item.precomputed_embeddings):
+        if isinstance(value, ShmPointerMMData):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from (t for t in value if isinstance(t, ShmPointerMMData))
 
 
 def hand_off_shm_features(obj) -> None:
@@ -1724,9 +1726,8 @@ def hand_off_shm_features(obj) -> None:
     request, including those a multimodal child created."""
     if obj.mm_inputs:
         for item in obj.mm_inputs.mm_items:
-            for value in (item.feature, item.precomputed_embeddings):
-                for pointer in shm_pointers(value):
-                    pointer._owned = False
+            for pointer in item_shm_pointers(item):
+                pointer._owned = False
 
 
 def _tensor_from_bytes(data: bytes, dtype: str, shape: Tuple[int, ...]):
@@ -2028,11 +2029,10 @@ def _serve_mm(inp: BinaryIO, out: BinaryIO) -> None:
                     del sources
                     # This process's resource tracker would unlink them when
                     # it exits; they belong to the server and the scheduler.
-                    for value in (item.feature, item.precomputed_embeddings):
-                        for pointer in shm_pointers(value):
-                            resource_tracker.unregister(
-                                "/" + pointer.shm_name, "shared_memory"
-                            )
+                    for pointer in item_shm_pointers(item):
+                        resource_tracker.unregister(
+                            "/" + pointer.shm_name, "shared_memory"
+                        )
             buffer = io.BytesIO()
             _SegmentsOut(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(
                 (output, how)

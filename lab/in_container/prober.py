@@ -54,6 +54,9 @@ def read_schedstat(path: Path) -> list[int] | None:
         return None
 
 
+_MS_PER_TICK = 1000 // os.sysconf("SC_CLK_TCK")  # stat's user and kernel times are in ticks
+
+
 def read_stat(path: Path) -> list[int] | None:
     """[minor faults, major faults, user ms, kernel ms] from a /proc/.../stat, or None if
     unreadable. The fields after the command name (which may hold spaces) are counted from its
@@ -61,9 +64,8 @@ def read_stat(path: Path) -> list[int] | None:
     try:
         text = path.read_text()
         fields = text[text.rindex(")") + 2 :].split()
-        ms_per_tick = 1000 // os.sysconf("SC_CLK_TCK")
-        return [int(fields[7]), int(fields[9]), int(fields[11]) * ms_per_tick,
-                int(fields[12]) * ms_per_tick]
+        return [int(fields[7]), int(fields[9]), int(fields[11]) * _MS_PER_TICK,
+                int(fields[12]) * _MS_PER_TICK]
     except (OSError, ValueError, IndexError):
         return None
 
