@@ -8,6 +8,12 @@ GIL, so what a slow probe overlaps is the code that held it: on the event-loop t
 the loop was waiting for. (Without `--gil`, a thread waiting for the GIL, e.g. in
 `time.sleep(0)`, is sampled as running too.)
 
+py-spy samples from outside, at the lab's lower priority, and keeps a thread's stack open until
+its next recorded sample, so its culprits are candidates. The server's own sampler
+(tools/sglang_server/in_container/loop_sampler.py, `<server>.loop.jsonl`) reads each thread's
+CPU clock from inside: the three slowest probes also get the CPU time every thread spent during
+them and the frames it was in (`in_server`).
+
 Pure functions over plain data (no sglang, no podman), unit-tested on the host.
 """
 
@@ -151,6 +157,55 @@ def gc_summary(pauses: list[Span]) -> dict:
             "generation_2": sum(1 for span in pauses if span.stack[-1].endswith(" 2"))}
 
 
+# The in-server sampler's name for the event-loop thread; a sample's empty stack is the loop
+# inside uvloop's C code (reading sockets, running its callbacks' C parts).
+SAMPLED_LOOP = "loop"
+NO_PYTHON_FRAME = "(no Python frame: uvloop's C code)"
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """`thread` ran `cpu_ms` of CPU in the sampling period ending at `t`; `frame` is where it was then."""
+
+    t: float
+    thread: str
+    cpu_ms: float
+    frame: str
+
+
+def load_cpu_samples(path: Path) -> list[CpuSample]:
+    """The in-server sampler's records, one per thread per sample; [] when the server wrote none."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    samples = []
+    for number, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+            for thread in record["threads"]:
+                samples.append(CpuSample(float(record["t"]), str(thread["name"]), float(thread["cpu_ms"]),
+                                         thread["stack"][0] if thread["stack"] else NO_PYTHON_FRAME))
+        except (ValueError, KeyError, TypeError, IndexError) as err:
+            raise ResultsError(f"{path}:{number}: not a loop sampler record ({err!r})") from None
+    return samples
+
+
+def cpu_during(samples: list[CpuSample], start: float, end: float, top: int = 3) -> list[dict]:
+    """Per thread, the CPU time of the samples taken in [start, end] (each counts the period before
+    it) and its `top` frames by CPU time; the loop thread first, the others by CPU time."""
+    per_thread: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    low = _first_at_or_after([sample.t for sample in samples], start)
+    for sample in samples[low:]:
+        if sample.t > end:
+            break
+        per_thread[sample.thread][sample.frame] += sample.cpu_ms
+    threads = [{"thread": thread, "cpu_ms": round(sum(frames.values()), 1),
+                "frames": [[frame, round(ms, 1)] for frame, ms in sorted(frames.items(), key=lambda item: -item[1])[:top]]}
+               for thread, frames in per_thread.items()]
+    return sorted(threads, key=lambda entry: (entry["thread"] != SAMPLED_LOOP, -entry["cpu_ms"]))
+
+
 def _sglang_frame(stack: tuple[str, ...]) -> str | None:
     for frame in reversed(stack):
         if "(sglang/" in frame:
@@ -206,8 +261,9 @@ def culprits(slow: list[SlowProbe], loop: bool, top: int = 8) -> list[Culprit]:
     return [Culprit(thread, frame, sg, round(ms, 1), int(count)) for (thread, frame, sg), (ms, count) in ranked[:top]]
 
 
-def summary(slow: list[SlowProbe], top: int = 6) -> dict:
-    """The JSON record of one probe file: counts, the top culprits, the three slowest probes."""
+def summary(slow: list[SlowProbe], top: int = 6, samples: list[CpuSample] | None = None) -> dict:
+    """The JSON record of one probe file: counts, the top culprits, the three slowest probes (with
+    the in-server sampler's CPU per thread during each, when there are `samples`)."""
     worst = sorted(slow, key=lambda probe: -probe.ms)[:3]
     return {
         "slow_ms": SLOW_MS,
@@ -218,6 +274,7 @@ def summary(slow: list[SlowProbe], top: int = 6) -> dict:
         "loop_culprits": [asdict(c) for c in culprits(slow, True, top)],
         "other_thread_culprits": [asdict(c) for c in culprits(slow, False, top)],
         "slowest": [{"ms": p.ms, "start": p.start, "loop_ms": p.loop_ms, "shares": [asdict(s) for s in p.shares[:6]]}
+                    | ({"in_server": cpu_during(samples, p.start, p.end)} if samples else {})
                     for p in worst],
     }
 

@@ -214,6 +214,8 @@ def session_command(args: argparse.Namespace, requests: list[str]) -> list[str]:
         command += ["--py-spy", f"{TOOLS_DIR}/py-spy", "--profile-rate-hz", str(args.profile_rate_hz)]
         if args.profile_native:
             command += ["--profile-native"]
+    if args.sample_threads_ms > 0:
+        command += ["--sample-threads-ms", str(args.sample_threads_ms)]
     if args.no_metrics:
         command += ["--no-metrics"]
     return command
@@ -233,7 +235,8 @@ def attribute_arm(arm_dir: Path) -> dict:
         spans = [] if profile is None else attribution.load_trace(arm_dir / profile["file"], profile["launched"])
         slow = attribution.attribute(probes, sorted(spans + pauses, key=lambda span: span.start))
         behind = attribution.sampler_behind_s(arm_dir / profile["log"]) if profile else None
-        out[probe_file] = attribution.summary(slow) | {"profiled": profile is not None, "sampler_behind_max_s": behind,
+        samples = attribution.load_cpu_samples(arm_dir / f"{server}.loop.jsonl")
+        out[probe_file] = attribution.summary(slow, samples=samples) | {"profiled": profile is not None, "sampler_behind_max_s": behind,
                                                        "native": bool(profile and profile.get("native")),
                                                        "gc": attribution.gc_summary(pauses)}
     return out
@@ -339,6 +342,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--profile-native", action="store_true",
                         help="sample every thread with its C frames (py-spy --native --idle), not only the GIL's"
                              " holder: shows who waits in take_gil and who holds it; stops the server per sample")
+    parser.add_argument("--sample-threads-ms", type=float, default=0.0, metavar="MS",
+                        help="run the server's own thread sampler (tools/sglang_server/in_container/loop_sampler.py)"
+                             " every MS: each thread's exact CPU time and frames during the slowest probes. It"
+                             " allocates frames and takes the GIL each period, so it adds load (default: 0, off)")
     parser.add_argument("--flood-rps", type=float, default=0.5)
     parser.add_argument("--flood-bytes", type=int, default=3_000_000)
     parser.add_argument("--tokenizer", choices=TOKENIZERS, default="glm",

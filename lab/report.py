@@ -161,6 +161,12 @@ def attribution_section(attributed: dict[str, dict[str, dict]], top: int = 3) ->
             for c in s["other_thread_culprits"][:top]:
                 lines.append(f"  * {c['thread']}: {_ms(c['ms'])} over {c['probes']} probes in `{c['frame']}`"
                              + (f" (from `{c['sglang_frame']}`)" if c["sglang_frame"] and c["sglang_frame"] != c["frame"] else ""))
+            for probe in s["slowest"]:
+                if "in_server" in probe:
+                    lines.append(f"  * the {_ms(probe['ms'])} probe, CPU per thread from the server's own sampler: "
+                                 + ("; ".join(f"{t['thread']} {_ms(t['cpu_ms'])} ("
+                                              + ", ".join(f"`{frame}` {_ms(ms)}" for frame, ms in t["frames"]) + ")"
+                                              for t in probe["in_server"]) or "no thread ran"))
     return "\n".join(lines) + "\n"
 
 

@@ -157,7 +157,8 @@ def send(port: int, req: "workload.Request", timeout_s: float, kind: str = "requ
 class Server:
     """The real sglang HTTP server, in its own process group."""
 
-    def __init__(self, model: Path, port: int, out: Path, extra_args: list[str], name: str = "server") -> None:
+    def __init__(self, model: Path, port: int, out: Path, extra_args: list[str], name: str = "server",
+                 sample_threads_ms: float = 0.0) -> None:
         self.port = port
         self.command = [
             sys.executable, "-m", "sglang.launch_server",
@@ -172,8 +173,11 @@ class Server:
         ]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
-        env["SGLANG_PLUGINS"] = "lab_fake_scheduler,lab_gc_timeline"
+        env["SGLANG_PLUGINS"] = "lab_fake_scheduler,lab_gc_timeline,lab_loop_sampler"
         env["LAB_GC_TIMELINE"] = str(out / f"{name}.gc.jsonl")
+        if sample_threads_ms > 0:
+            env["LAB_LOOP_SAMPLES"] = str(out / f"{name}.loop.jsonl")
+            env["LAB_LOOP_SAMPLE_MS"] = str(sample_threads_ms)
         env["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] = "0"
         # With --enable-metrics sglang makes its own multiprocess directory and sets this; one
         # inherited would be shared by both servers of the session (their counters mixed).
@@ -481,7 +485,8 @@ class Session:
 
     def start_server(self, model: Path, extra: list[str], name: str) -> None:
         metrics = ["--enable-metrics"] if self.metrics_on else []
-        self.server = Server(model, self.args.port, self.args.out, [*extra, *metrics, *self.args.server_arg], name)
+        self.server = Server(model, self.args.port, self.args.out, [*extra, *metrics, *self.args.server_arg], name,
+                             self.args.sample_threads_ms)
         self.report.server_commands.append(self.server.command)
         ready = self.server.wait_ready(self.args.server_timeout_s)
         self.report.server_ready_s.append(round(ready, 1))
@@ -638,6 +643,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--profile-rate-hz", type=int, default=100, help="py-spy samples per second")
     parser.add_argument("--profile-native", action="store_true",
                         help="py-spy samples every thread with its C frames (--native --idle) instead of --gil")
+    parser.add_argument("--sample-threads-ms", type=float, default=0.0,
+                        help="the server's own thread sampler (loop_sampler.py) at this period (0: off)")
     parser.add_argument("--server-arg", action="append", default=[], help="extra launch_server argument")
     parser.add_argument("--no-metrics", action="store_true",
                         help="start the servers without --enable-metrics (no offload counters)")

@@ -126,14 +126,56 @@ def test_profile_native_reaches_the_session_and_replaces_gil_sampling():
     health_stall = pytest.importorskip("lab.health_stall", reason="needs the host lab (//lab:unit_test)")
     import argparse
 
-    def command(native: bool) -> list[str]:
+    def command(native: bool, sample_threads_ms: float = 0.0) -> list[str]:
         args = argparse.Namespace(interval_ms=10.0, flood_minutes=0.0, mixed_minutes=0.0, no_profile=False,
                                   profile_rate_hz=100, profile_native=native, no_metrics=False,
-                                  client_nice=10)
+                                  client_nice=10, sample_threads_ms=sample_threads_ms)
         return health_stall.session_command(args, ["multimodal_16x48MP"])
 
     assert "--profile-native" in command(True) and "--py-spy" in command(True)
+    assert "--sample-threads-ms" not in command(False)
+    with_sampler = command(False, sample_threads_ms=5.0)
+    assert with_sampler[with_sampler.index("--sample-threads-ms") + 1] == "5.0"
     assert "--profile-native" not in command(False)
     assert command(False)[command(False).index("--client-nice") + 1] == "10"
     with pytest.raises(SystemExit):
         health_stall.main(["--profile-native", "--no-profile"])
+
+
+def _loop_samples(tmp_path: Path) -> Path:
+    """The server's own sampler: the loop runs 3 ms in routing at 50.10 and 4 ms in C at 50.12; a lane
+    runs 9 ms at 50.12; a sample at 50.30 falls after the probe."""
+    lines = [
+        {"t": 50.10, "wait_ms": 1.0, "threads": [{"name": "loop", "cpu_ms": 3.0, "stack": ["Route.matches (routing.py:255)"]}]},
+        {"t": 50.12, "wait_ms": 9.5, "threads": [{"name": "loop", "cpu_ms": 4.0, "stack": []},
+                                                 {"name": "preprocess", "cpu_ms": 9.0, "stack": ["encode (tok.py:1)"]}]},
+        {"t": 50.30, "wait_ms": 0.1, "threads": [{"name": "loop", "cpu_ms": 50.0, "stack": ["later (x.py:1)"]}]},
+    ]
+    path = tmp_path / "server.loop.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_the_in_server_sampler_gives_each_threads_cpu_during_the_slowest_probes(tmp_path: Path):
+    samples = attribution.load_cpu_samples(_loop_samples(tmp_path))
+    slow = attribution.attribute([Probe(50.09, 50.17, 80.0, 200)], [])
+    s = attribution.summary(slow, samples=samples)
+    assert s["slowest"][0]["in_server"] == [
+        {"thread": "loop", "cpu_ms": 7.0,
+         "frames": [[attribution.NO_PYTHON_FRAME, 4.0], ["Route.matches (routing.py:255)", 3.0]]},
+        {"thread": "preprocess", "cpu_ms": 9.0, "frames": [["encode (tok.py:1)", 9.0]]},
+    ]
+    text = report.attribution_section({"v3": {"probes.jsonl": s | {"profiled": True}}})
+    assert ("the 80 ms probe, CPU per thread from the server's own sampler: loop 7.0 ms"
+            " (`(no Python frame: uvloop's C code)` 4.0 ms, `Route.matches (routing.py:255)` 3.0 ms);"
+            " preprocess 9.0 ms (`encode (tok.py:1)` 9.0 ms)") in text
+    # No sampler file (a stock arm's server, or an older run): no in-server entry.
+    assert attribution.load_cpu_samples(tmp_path / "missing.loop.jsonl") == []
+    assert "in_server" not in attribution.summary(slow)["slowest"][0]
+
+
+def test_a_cut_sampler_line_is_an_error_naming_the_file_and_line(tmp_path: Path):
+    path = _loop_samples(tmp_path)
+    path.write_text(path.read_text() + '{"t": 51.0, "threads": [{"name": "loop"\n')
+    with pytest.raises(ResultsError, match=r"server\.loop\.jsonl:4: not a loop sampler record"):
+        attribution.load_cpu_samples(path)

@@ -98,9 +98,11 @@ def test_server_command_has_enable_metrics(tmp_path, monkeypatch):
     nice = {12345: 0}
     monkeypatch.setattr(session, "process_nice", lambda pid: nice[pid])
     s = session.Session(argparse.Namespace(no_metrics=False, port=1, out=tmp_path, server_arg=[],
-                                           server_timeout_s=1.0), session.Report())
+                                           server_timeout_s=1.0, sample_threads_ms=0.0), session.Report())
     s.start_server(tmp_path, ["--enable-multimodal"], "server")
     assert started["command"][-2:] == ["--enable-multimodal", "--enable-metrics"]
+    # The thread sampler adds load: off unless asked for (the plugin does nothing without its file).
+    assert "LAB_LOOP_SAMPLES" not in started["env"] and "lab_loop_sampler" in started["env"]["SGLANG_PLUGINS"]
     assert started["preexec_fn"] is session._server_priority and s.report.server_nice == [0]
     s.server._log.close()
     nice[12345] = 10  # a server left at the client's priority is refused, not measured
