@@ -110,13 +110,15 @@ def worst_probes_table(worst: dict[str, dict[str, dict]], arms: tuple[str, ...])
 
     lines = [
         "Slowest probes split by schedstat: the server's event-loop thread's runqueue wait and the"
-        " prober's own (runnable but not running: the host's CPU was busy elsewhere) and the remainder"
-        " (/health minus both waits: the design's own delay); loop on CPU: how long the loop thread ran"
-        " meanwhile, of which in the kernel (clock-tick sampled: 10 ms steps), and the page faults it took.",
+        " prober's own (runnable but not running: the host's CPU was busy elsewhere), the host's steal"
+        " (the most any one CPU had: the hypervisor ran something else; clock-tick sampled, 10 ms steps)"
+        " and the remainder (/health minus the three: the design's own delay); loop on CPU: how long the"
+        " loop thread ran meanwhile (stolen time included), of which in the kernel (clock-tick sampled),"
+        " and the page faults it took.",
         "",
-        "| Window | Arm | Rank | /health | Loop runqueue wait | Prober runqueue wait | Remainder | Loop on CPU"
-        " | Loop in kernel | Loop page faults | Probes sampled |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| Window | Arm | Rank | /health | Loop runqueue wait | Prober runqueue wait | Host steal | Remainder"
+        " | Loop on CPU | Loop in kernel | Loop page faults | Probes sampled |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     names = list(dict.fromkeys(name for arm in arms for name in worst.get(arm, {})))
     for name in names:
@@ -127,7 +129,8 @@ def worst_probes_table(worst: dict[str, dict[str, dict]], arms: tuple[str, ...])
             sampled = f"{entry['sampled']} / {entry['probes']}"
             for rank, split in enumerate(entry["worst"], 1):
                 lines.append(f"| {name} | {arm} | {rank} | {_ms(split['ms'])} | {cell(split['runqueue_ms'])}"
-                             f" | {cell(split.get('prober_runqueue_ms'))} | {cell(split['remainder_ms'])}"
+                             f" | {cell(split.get('prober_runqueue_ms'))} | {cell(split.get('host_steal_ms'))}"
+                             f" | {cell(split['remainder_ms'])}"
                              f" | {cell(split['loop_cpu_ms'])} | {cell(split.get('loop_kernel_ms'))}"
                              f" | {count(split.get('loop_faults'))} | {sampled} |")
     return "\n".join(lines) + "\n"

@@ -43,6 +43,8 @@ class Probe:
     prober_sched: tuple[Schedstat, Schedstat] | None = None
     # The loop thread's stat around the same probe (None: not recorded).
     loop_stat: tuple[ThreadStat, ThreadStat] | None = None
+    # Each CPU's steal time (ms, in clock ticks) around the same probe (None: not recorded).
+    steal: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
     @property
     def missed(self) -> bool:
@@ -76,7 +78,7 @@ class FloodStats:
     requests_ok: int
 
 
-def _sample_pair(raw, fields: int) -> tuple | None:
+def _sample_pair(raw, fields: int | None) -> tuple | None:
     return None if raw is None else tuple(tuple(int(v) for v in sample[:fields]) for sample in raw[:2])
 
 
@@ -93,7 +95,8 @@ def load_probes(path: Path) -> list[Probe]:
             raw = json.loads(line)
             sched, prober_sched = (_sample_pair(raw.get(key), 3) for key in ("loop_sched", "prober_sched"))
             probes.append(Probe(float(raw["start"]), float(raw["end"]), float(raw["ms"]), int(raw["status"]),
-                                raw.get("error"), sched, prober_sched, _sample_pair(raw.get("loop_stat"), 4)))
+                                raw.get("error"), sched, prober_sched, _sample_pair(raw.get("loop_stat"), 4),
+                                _sample_pair(raw.get("steal"), None)))
         except (ValueError, KeyError, TypeError) as err:
             # The prober may be killed mid-line; only the last line may be partial.
             if number == len(lines):
@@ -146,10 +149,12 @@ class ProbeSplit:
     """One probe's latency split by the loop thread's and the prober's schedstat.
 
     runqueue_ms: the loop thread was runnable but another task had the CPU; prober_runqueue_ms:
-    the same for the prober's thread (sending the request or reading the answer). Both are host
-    CPU starvation, not the engine's doing. remainder_ms = ms - both waits: the design's own
-    delay (the loop running other work, or waiting for the GIL or I/O); loop_cpu_ms: how long
-    the loop thread ran. The phases of a probe run one after the other (prober sends, loop
+    the same for the prober's thread (sending the request or reading the answer); host_steal_ms:
+    the most steal time any one CPU had during the probe (the hypervisor ran something else while
+    the virtual CPU was ready; a thread on it still counts as running). All three are host CPU
+    starvation, not the engine's doing. remainder_ms = ms - all three: the design's own delay
+    (the loop running other work, or waiting for the GIL or I/O); loop_cpu_ms: how long the
+    loop thread ran (stolen time included). The phases of a probe run one after the other (prober sends, loop
     answers, prober reads), so the two waits add. The kernel adds a wait to the runqueue field
     when the wait ends, so a wait that began before the probe counts whole: the waits are
     capped at the probe's latency. None when the probe has no schedstat samples (the prober's
@@ -158,7 +163,7 @@ class ProbeSplit:
     loop_faults: page faults the loop thread took during the probe (minor and major);
     loop_kernel_ms: the part of its CPU time the kernel accounted to kernel mode (faulting pages
     in, reclaiming memory), sampled per clock tick (10 ms at CLK_TCK 100), so a count of ticks,
-    not a measurement of short spans. None where not recorded.
+    not a measurement of short spans, like host_steal_ms. None where not recorded.
     """
 
     ms: float
@@ -168,6 +173,7 @@ class ProbeSplit:
     prober_runqueue_ms: float | None = None
     loop_faults: int | None = None
     loop_kernel_ms: float | None = None
+    host_steal_ms: float | None = None
 
 
 def _deltas(probe: Probe, pair: tuple[Schedstat, Schedstat], what: str) -> tuple[float, float]:
@@ -190,19 +196,32 @@ def _stat_deltas(probe: Probe) -> tuple[int | None, float | None]:
     return (after[0] - before[0]) + (after[1] - before[1]), float(after[3] - before[3])
 
 
+def _steal_ms(probe: Probe) -> float | None:
+    """The largest steal-time growth of one CPU between the probe's two /proc/stat reads."""
+    if probe.steal is None:
+        return None
+    before, after = probe.steal
+    if len(before) != len(after) or any(b > a for b, a in zip(before, after)):
+        raise ResultsError(f"probe at {probe.start:.3f}: steal went backwards or changed CPUs {probe.steal}")
+    return float(max((a - b for b, a in zip(before, after)), default=0))
+
+
 def split_probe(probe: Probe) -> ProbeSplit:
     faults, kernel_ms = _stat_deltas(probe)
+    steal = _steal_ms(probe)
     if probe.loop_sched is None:
-        return ProbeSplit(round(probe.ms, 1), None, None, None, None, faults, kernel_ms)
+        return ProbeSplit(round(probe.ms, 1), None, None, None, None, faults, kernel_ms, steal)
     loop_cpu, loop_wait = _deltas(probe, probe.loop_sched, "loop")
     runqueue = min(loop_wait, probe.ms)
     prober_wait = 0.0
     if probe.prober_sched is not None:
         prober_wait = min(_deltas(probe, probe.prober_sched, "prober")[1], probe.ms - runqueue)
+    # Capped like the waits: a steal tick counted at the probe's edge may lie partly outside it.
+    stolen = min(steal or 0.0, probe.ms - runqueue - prober_wait)
     return ProbeSplit(round(probe.ms, 1), round(runqueue, 1), round(loop_cpu, 1),
-                      round(probe.ms - runqueue - prober_wait, 1),
+                      round(probe.ms - runqueue - prober_wait - stolen, 1),
                       round(prober_wait, 1) if probe.prober_sched is not None else None,
-                      faults, kernel_ms)
+                      faults, kernel_ms, None if steal is None else round(stolen, 1))
 
 
 WORST_SPLIT = 3  # worst probes split per window

@@ -7,7 +7,8 @@ still waiting when the next one is due delays it (the next starts when it return
     {"start": <monotonic s>, "end": <monotonic s>, "ms": <latency>, "status": <HTTP status or 0>,
      "error": <str or null>, "loop_sched": [[cpu_ns, runqueue_ns, slices], [...]] or null,
      "prober_sched": [[cpu_ns, runqueue_ns, slices], [...]] or null,
-     "loop_stat": [[minor_faults, major_faults, user_ms, kernel_ms], [...]] or null}
+     "loop_stat": [[minor_faults, major_faults, user_ms, kernel_ms], [...]] or null,
+     "steal": [[cpu0_ms, cpu1_ms, ...], [...]] or null}
 
 With --loop-pid, "loop_sched" is the server's event-loop thread's /proc/<pid>/task/<pid>/schedstat
 (its main thread runs uvicorn's loop) read just before and just after the probe: the growth of
@@ -18,6 +19,11 @@ schedstat around the same probe: a probe can also wait because the prober itself
 "loop_stat" is the loop thread's /proc/<pid>/task/<pid>/stat around the probe: its page faults
 (exact counts) and its user and kernel time (in clock ticks, so sampled at 1/CLK_TCK): loop CPU
 time spent in the kernel (faulting pages in, reclaiming memory) is not the loop's Python work.
+
+"steal" is each CPU's steal time from /proc/stat around the probe (with --loop-pid): time the
+hypervisor ran something else while this machine's virtual CPU was ready to run. The guest sees
+it nowhere else: a thread whose CPU was stolen still counts as running in its schedstat. Counted
+in clock ticks (10 ms at CLK_TCK 100), so a count of ticks, like the kernel time.
 
 CLOCK_MONOTONIC is shared by all processes of the machine/container, so the session lines
 probes up with its own request timestamps. SIGTERM stops it after flushing.
@@ -70,6 +76,15 @@ def read_stat(path: Path) -> list[int] | None:
         return None
 
 
+def read_steal(path: Path = Path("/proc/stat")) -> list[int] | None:
+    """Each CPU's steal time in ms (the 8th value of its cpuN line, in clock ticks), or None."""
+    try:
+        return [int(line.split()[8]) * _MS_PER_TICK for line in path.read_text().splitlines()
+                if line.startswith("cpu") and line[3:4].isdigit()]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 # This thread's own schedstat (the prober is single-threaded).
 OWN_SCHEDSTAT = Path("/proc/thread-self/schedstat")
 
@@ -78,6 +93,7 @@ def probe_once(host: str, port: int, timeout_s: float, schedstat: Path | None = 
     # Read outside the timed window, so the probe's latency does not include the reads.
     stat = schedstat.with_name("stat") if schedstat else None
     stat_before = read_stat(stat) if stat else None
+    steal_before = read_steal() if schedstat else None
     before = read_schedstat(schedstat) if schedstat else None
     own_before = read_schedstat(OWN_SCHEDSTAT) if schedstat else None
     start = time.monotonic()
@@ -101,6 +117,8 @@ def probe_once(host: str, port: int, timeout_s: float, schedstat: Path | None = 
         sample["prober_sched"] = [own_before, own_after] if own_before and own_after else None
         stat_after = read_stat(stat)
         sample["loop_stat"] = [stat_before, stat_after] if stat_before and stat_after else None
+        steal_after = read_steal()
+        sample["steal"] = [steal_before, steal_after] if steal_before and steal_after else None
     return sample
 
 

@@ -36,3 +36,16 @@ def test_a_command_name_with_spaces_and_parentheses_is_skipped(tmp_path: Path):
 
     assert prober.read_stat(stat) == [7, 2, 30 * ms_per_tick, 12 * ms_per_tick]
     assert prober.read_stat(tmp_path / "gone") is None
+
+
+def test_steal_is_read_per_cpu_from_proc_stat(tmp_path: Path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  10 0 5 100 0 0 0 7 0 0\n"
+                    "cpu0 5 0 2 50 0 0 0 3 0 0\n"
+                    "cpu1 5 0 3 50 0 0 0 4 0 0\n"
+                    "intr 12345 0 0\n"
+                    "cpufreq 1\n")
+    ms = prober._MS_PER_TICK
+    assert prober.read_steal(stat) == [3 * ms, 4 * ms]  # the all-CPU line and the rest skipped
+    assert prober.read_steal(tmp_path / "missing") is None
+    assert all(value >= 0 for value in prober.read_steal())  # this machine's own /proc/stat

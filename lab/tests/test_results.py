@@ -213,6 +213,21 @@ def test_the_loops_page_faults_and_kernel_time_are_split_off():
         results.split_probe(Probe(1.0, 1.2, 200.0, 200, loop_stat=((5, 0, 1, 1), (4, 0, 1, 1))))
 
 
+def test_the_hosts_steal_is_split_off_the_remainder():
+    # 120 ms: the loop waited 20 ms for a CPU and ran 90 ms, 70 ms of them on a virtual CPU the
+    # hypervisor had taken away (CPU 1's steal grew 70 ms; CPU 0's 10 ms).
+    probe = Probe(10.0, 10.12, 120.0, 200, loop_sched=((0, 0, 1), (90_000_000, 20_000_000, 5)),
+                  steal=((500, 300), (510, 370)))
+    split = results.split_probe(probe)
+    assert (split.host_steal_ms, split.remainder_ms) == (70.0, 30.0)
+    # A steal tick at the probe's edge can outrun what is left: capped, the remainder never < 0.
+    edge = Probe(10.0, 10.02, 20.0, 200, loop_sched=((0, 0, 1), (1_000_000, 15_000_000, 2)),
+                 steal=((0,), (10,)))
+    assert (results.split_probe(edge).host_steal_ms, results.split_probe(edge).remainder_ms) == (5.0, 0.0)
+    with pytest.raises(results.ResultsError, match="steal went backwards"):
+        results.split_probe(Probe(1.0, 1.2, 200.0, 200, steal=((5, 5), (4, 6))))
+
+
 def test_a_probe_without_samples_is_not_split():
     assert results.split_probe(Probe(1.0, 1.2, 200.0, 200)) == results.ProbeSplit(200.0, None, None, None)
     with pytest.raises(results.ResultsError, match="backwards"):
@@ -225,7 +240,7 @@ def test_worst_probes_from_files_with_the_mixed_phase(tmp_path: Path):
          "loop_sched": [[0, 0, 1], [1_000_000, 0, 2]]},
         {"start": 100.2, "end": 100.3, "ms": 100.0, "status": 200, "error": None,
          "loop_sched": [[1_000_000, 0, 2], [61_000_000, 40_000_000, 9]],
-         "loop_stat": [[500, 1, 100, 20], [12_499, 2, 120, 60]]},
+         "loop_stat": [[500, 1, 100, 20], [12_499, 2, 120, 60]], "steal": [[0, 30], [20, 40]]},
         {"start": 100.4, "end": 100.41, "ms": 10.0, "status": 200, "error": None, "loop_sched": None},
     ]
     (tmp_path / "probes.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -234,18 +249,18 @@ def test_worst_probes_from_files_with_the_mixed_phase(tmp_path: Path):
         "mixed": {"start": 99.0, "end": 101.0, "probe_file": "probes.jsonl"}}))
     worst = results.arm_worst_probes(tmp_path)
     assert worst["chat_4.7MB"] == {"probes": 2, "sampled": 1, "worst": [
-        {"ms": 100.0, "runqueue_ms": 40.0, "loop_cpu_ms": 60.0, "remainder_ms": 60.0, "prober_runqueue_ms": None,
-         "loop_faults": 12_000, "loop_kernel_ms": 40.0},
+        {"ms": 100.0, "runqueue_ms": 40.0, "loop_cpu_ms": 60.0, "remainder_ms": 40.0, "prober_runqueue_ms": None,
+         "loop_faults": 12_000, "loop_kernel_ms": 40.0, "host_steal_ms": 20.0},
         {"ms": 10.0, "runqueue_ms": None, "loop_cpu_ms": None, "remainder_ms": None, "prober_runqueue_ms": None,
-         "loop_faults": None, "loop_kernel_ms": None}]}
+         "loop_faults": None, "loop_kernel_ms": None, "host_steal_ms": None}]}
     assert (worst["mixed"]["probes"], worst["mixed"]["sampled"]) == (3, 2)
 
     summary = results.combine({"stock": {"chat_4.7MB": _stats(4000.0)}, "v3": {"chat_4.7MB": _stats(100.0)}})
     summary["worst_probes"] = {"stock": worst, "v3": worst}
     results.validate(summary)
     table = report.worst_probes_table(summary["worst_probes"], ("stock", "v3"))
-    assert "| chat_4.7MB | v3 | 1 | 100 ms | 40 ms | - | 60 ms | 60 ms | 40 ms | 12,000 | 1 / 2 |" in table
-    assert "| mixed | stock | 3 | 2.0 ms | 0.0 ms | - | 2.0 ms | 1.0 ms | - | - | 2 / 3 |" in table
+    assert "| chat_4.7MB | v3 | 1 | 100 ms | 40 ms | - | 20 ms | 40 ms | 60 ms | 40 ms | 12,000 | 1 / 2 |" in table
+    assert "| mixed | stock | 3 | 2.0 ms | 0.0 ms | - | - | 2.0 ms | 1.0 ms | - | - | 2 / 3 |" in table
 
     summary["worst_probes"]["v3"]["chat_4.7MB"]["worst"][0]["runqueue_ms"] = 40
     with pytest.raises(results.ResultsError, match="runqueue_ms"):
