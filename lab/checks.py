@@ -52,6 +52,9 @@ TEXT_TARGET_MS = 10.0  # worst /health, 4.7 MB chat and 5 MB /generate
 IMAGES_TARGET_MS = 20.0  # worst /health, 64 x 9 MP and 16 x 48 MP
 MIXED_TARGET_MS = 20.0  # worst /health during mixed traffic (and 0 errors, 0 changed prompts)
 DISPATCH_TARGET_MS = 50.0  # small-chat dispatch delay while a 5 MB conversion runs
+# Issue 37 states the /health targets against the design's own delay: a probe's latency minus
+# the host's part (the loop's and the prober's runqueue waits, the CPUs' steal; lab/results.py's
+# split_probe), over every probe of the windows, with the text and image bounds above.
 
 
 def target_rows(results: dict, dispatch: dict, mixed: dict, arm: str, baseline: str = "stock") -> list[tuple[str, str, str, bool | None]]:
@@ -91,6 +94,23 @@ def target_rows(results: dict, dispatch: dict, mixed: dict, arm: str, baseline: 
         rows.append(("mixed traffic", f"0 errors, 0 changed prompts, worst <= {MIXED_TARGET_MS:g} ms",
                      f"{errors} errors ({m['server_log_already_borrowed']} 'Already borrowed' in the log),"
                      f" {changed} changed / {unknown} unknown prompts or image features, worst {m['worst_ms']:,.1f} ms", met))
+    design = results.get("worst_probes", {}).get(arm, {})
+
+    def design_delay(names: tuple[str, ...], bound: float, label: str) -> None:
+        splits = [design[name]["worst_remainder"] for name in names if name in design]
+        if not splits or None in splits:
+            rows.append((label, f"<= {bound:g} ms", "not measured", None))
+            return
+        worst_split = max(splits, key=lambda split: split["remainder_ms"])
+        rows.append((label, f"<= {bound:g} ms",
+                     f"{worst_split['remainder_ms']:,.1f} ms (of a {worst_split['ms']:,.1f} ms probe)",
+                     worst_split["remainder_ms"] <= bound))
+
+    design_delay(("chat_4.7MB", "generate_5MB"), TEXT_TARGET_MS,
+                 "design's own delay (/health minus host waits and steal), text requests")
+    design_delay(("multimodal_64x9MP", "multimodal_16x48MP"), IMAGES_TARGET_MS,
+                 "design's own delay, image requests")
+    design_delay(("mixed",), MIXED_TARGET_MS, "design's own delay, mixed traffic")
     rows.append(_mm_process_row(results, arm))
     delay = (dispatch.get(arm) or {}).get("small_chat_during_5MB", "absent")
     if delay == "absent":

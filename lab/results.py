@@ -228,10 +228,15 @@ WORST_SPLIT = 3  # worst probes split per window
 
 
 def worst_probes(window: list[Probe], count: int = WORST_SPLIT) -> dict:
-    """results.json's worst_probes entry of one window: its probe counts and its slowest probes split."""
+    """results.json's worst_probes entry of one window: its probe counts, its slowest probes split,
+    and the probe with the largest remainder (the design's own delay) among all that were split,
+    which need not be one of the slowest (null when none was)."""
     slowest = sorted(window, key=lambda p: p.ms, reverse=True)[:count]
-    return {"probes": len(window), "sampled": sum(1 for p in window if p.loop_sched is not None),
-            "worst": [asdict(split_probe(p)) for p in slowest]}
+    splits = [split_probe(p) for p in window if p.loop_sched is not None]
+    design = max(splits, key=lambda split: split.remainder_ms, default=None)
+    return {"probes": len(window), "sampled": len(splits),
+            "worst": [asdict(split_probe(p)) for p in slowest],
+            "worst_remainder": None if design is None else asdict(design)}
 
 
 def arm_worst_probes(arm_dir: Path) -> dict[str, dict]:
@@ -395,9 +400,10 @@ def _validate_worst_probes(worst: dict, arms: tuple[str, ...]) -> None:
     for arm, windows in worst.items():
         for name, entry in windows.items():
             where = f"results.json: worst_probes.{arm}.{name}"
-            if not isinstance(entry, dict) or set(entry) != {"probes", "sampled", "worst"}:
-                raise ResultsError(f"{where} keys {sorted(entry or {})}, expected probes, sampled, worst")
-            for item in entry["worst"]:
+            if not isinstance(entry, dict) or set(entry) != {"probes", "sampled", "worst", "worst_remainder"}:
+                raise ResultsError(f"{where} keys {sorted(entry or {})}, expected probes, sampled, worst,"
+                                   " worst_remainder")
+            for item in entry["worst"] + ([entry["worst_remainder"]] if entry["worst_remainder"] else []):
                 if set(item) != split_keys:
                     raise ResultsError(f"{where}.worst keys {sorted(item)}, expected {sorted(split_keys)}")
                 if not isinstance(item["ms"], float):

@@ -252,8 +252,16 @@ def test_worst_probes_from_files_with_the_mixed_phase(tmp_path: Path):
         {"ms": 100.0, "runqueue_ms": 40.0, "loop_cpu_ms": 60.0, "remainder_ms": 40.0, "prober_runqueue_ms": None,
          "loop_faults": 12_000, "loop_kernel_ms": 40.0, "host_steal_ms": 20.0},
         {"ms": 10.0, "runqueue_ms": None, "loop_cpu_ms": None, "remainder_ms": None, "prober_runqueue_ms": None,
-         "loop_faults": None, "loop_kernel_ms": None, "host_steal_ms": None}]}
+         "loop_faults": None, "loop_kernel_ms": None, "host_steal_ms": None}],
+        # The largest design delay among the split probes (the 10 ms one has no samples).
+        "worst_remainder": {"ms": 100.0, "runqueue_ms": 40.0, "loop_cpu_ms": 60.0, "remainder_ms": 40.0,
+                            "prober_runqueue_ms": None, "loop_faults": 12_000, "loop_kernel_ms": 40.0,
+                            "host_steal_ms": 20.0}}
     assert (worst["mixed"]["probes"], worst["mixed"]["sampled"]) == (3, 2)
+    # Over every split probe, not only the `count` slowest ones.
+    assert results.worst_probes(results.load_probes(tmp_path / "probes.jsonl")[:1], count=0) == {
+        "probes": 1, "sampled": 1, "worst": [], "worst_remainder": results.worst_probes(
+            results.load_probes(tmp_path / "probes.jsonl")[:1])["worst"][0]}
 
     summary = results.combine({"stock": {"chat_4.7MB": _stats(4000.0)}, "v3": {"chat_4.7MB": _stats(100.0)}})
     summary["worst_probes"] = {"stock": worst, "v3": worst}

@@ -118,7 +118,17 @@ def test_targets_table_marks_met_missed_and_unmeasured():
     mixed = {"v3": {"errors": {}, "server_log_already_borrowed": 0, "worst_ms": 15.0,
                     "tool_prompts": {"equal": 5, "changed": 0, "unknown": 0},
                     "image_requests": {"equal": 3, "changed": 0, "unknown": 0}}}
+    def design(remainder_ms: float, ms: float) -> dict:
+        return {"probes": 9, "sampled": 9, "worst": [], "worst_remainder": {"ms": ms, "remainder_ms": remainder_ms}}
+
+    # The design's own delay: the largest remainder over each group's windows.
+    results["worst_probes"] = {"v3": {"chat_4.7MB": design(6.0, 8.0), "generate_5MB": design(11.0, 12.0),
+                                      "multimodal_64x9MP": design(4.0, 25.0), "mixed": design(15.0, 41.0)}}
     table = report.targets_table(results, dispatch, mixed, ("stock", "v3"), "stock")
+    assert ("| design's own delay (/health minus host waits and steal), text requests | <= 10 ms | not measured"
+            " | 11.0 ms (of a 12.0 ms probe) (MISSED) |") in table
+    assert "| design's own delay, image requests | <= 20 ms | not measured | 4.0 ms (of a 25.0 ms probe) (met) |" in table
+    assert "| design's own delay, mixed traffic | <= 20 ms | not measured | 15.0 ms (of a 41.0 ms probe) (met) |" in table
     assert "| worst /health, 4.7 MB chat | <= 10 ms, prompt tokens = stock | 4,000.0 ms, prompt tokens = stock (MISSED) | 8.0 ms, prompt tokens = stock (met) |" in table
     assert "9.0 ms, prompt tokens != stock (MISSED)" in table  # fast but a different prompt
     assert "25.0 ms (MISSED)" in table
