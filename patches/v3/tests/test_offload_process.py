@@ -18,6 +18,7 @@ import copy
 import ctypes
 import inspect
 import logging
+import mmap
 import os
 import signal
 import sys
@@ -841,6 +842,35 @@ def test_an_idle_json_child_holds_no_body(parse_calls):
     (child,) = parser._processes
 
     assert _rss_kib(child.pid) <= 50 * 1024, f"idle JSON child: {_rss_kib(child.pid)} KiB"
+
+
+def _minor_faults(pid: int) -> int:
+    """The process's minor page faults so far (proc(5) stat field 10)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[7])
+
+
+@pytest.mark.detects_stock_bug
+@pytest.mark.detects_previous_v3
+def test_a_json_child_reuses_its_memory_for_the_next_body(parse_calls):
+    """The buffers of an image chat's body (6.3 MB) stay in the JSON child's heap for the next
+    body (SGLANG_JSON_PARSE_KEEP_MB): once the heap has grown to them (two bodies), a body faults
+    in under a tenth of its pages (none, measured). Handed back after each body, every body
+    faulted its pages in, and had the kernel zero them, one and a half times over: most of a
+    child's cost per body."""
+    parser = large_body_parser()
+    _one_worker(parser)
+    body = orjson.dumps({"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "QUJD" * 787_500}}
+        for _ in range(2)]}], "n": 1})
+    for _ in range(2):
+        assert _parse_as_the_server_does(body)["n"] == 1
+    (child,) = parser._processes
+    before = _minor_faults(child.pid)
+    assert _parse_as_the_server_does(body)["n"] == 1
+    faulted = _minor_faults(child.pid) - before
+    pages = len(body) // mmap.PAGESIZE
+    assert faulted < pages // 10, f"the third {len(body):,}-byte body faulted in {faulted:,} pages ({pages:,} in the body)"
 
 
 @pytest.mark.detects_stock_bug
