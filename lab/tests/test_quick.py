@@ -30,6 +30,11 @@ BOTH_ARMS = ARMS == ("stock", "v3")
 
 
 def test_quick_mode_v3_keeps_health_answering(tmp_path: Path):
+    # Set by the Bazel target; a KeyError here would show the whole environment in the traceback.
+    health_stall = os.environ.get("HEALTH_STALL")
+    if not health_stall:
+        pytest.fail("HEALTH_STALL is not set: run this test through Bazel (//lab:quick_test,"
+                    " //lab:quick_v3_test)", pytrace=False)
     out = Path(os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", tmp_path)) / "health-stall"
     # A retry of this flaky target finds the attempt before's outputs in the same directory; its
     # model directories would be reused (no container made for them) and the clean-up record
@@ -37,7 +42,7 @@ def test_quick_mode_v3_keeps_health_answering(tmp_path: Path):
     shutil.rmtree(out, ignore_errors=True)
     check = "--check" if BOTH_ARMS else "--check-v3"
     done = subprocess.run(
-        [os.environ["HEALTH_STALL"], "--quick", check, "--no-profile", "--out", str(out), "--arms", ",".join(ARMS)],
+        [health_stall, "--quick", check, "--no-profile", "--out", str(out), "--arms", ",".join(ARMS)],
         timeout=840,
         check=False,
     )
