@@ -5,29 +5,18 @@ limit checked in json() comes after the whole body is in memory. RequestBodyLimi
 middleware on the app, refuses a body over SGLANG_MAX_REQUEST_BODY_BYTES with 413 before it is
 read past the limit. read_body appends a large body's chunks to one buffer as they arrive
 (starlette joins them at the end: one copy of the whole body holding the GIL, about 250 ms for
-221 MB); once its request is gone, the buffer's pages are handed back on a thread of their own,
-not freed on the loop. parse_json hands a body over LARGE_BODY_MIN_BYTES to a JSON child process
+221 MB). parse_json hands a body over LARGE_BODY_MIN_BYTES to a JSON child process
 (offload_process.JsonBodyParser; SGLANG_JSON_PARSE_PROCESSES=0 parses every body here).
 SGLang's http_server keeps the calls: ORJSONRequest.body/json and app.add_middleware.
 """
 
 from __future__ import annotations
 
-import ctypes
-import mmap
-import sys
-import weakref
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Optional
+from typing import Any
 
 import orjson
 
-from glm53_offload.offload_process import (
-    STATS,
-    BodyQueueFull,
-    JsonBodyParser,
-    env_number,
-)
+from glm53_offload.offload_process import BodyQueueFull, JsonBodyParser, env_number
 
 # A body larger than this is parsed by a child process: one orjson.loads of it
 # holds the GIL for 5-50 ms, which on any thread of this process is a stall of
@@ -92,49 +81,6 @@ class RequestBodyLimit:
         return await self.app(scope, limited_receive, send)
 
 
-# A large body dies with its request, on the event loop: freeing a 221 MB
-# buffer (its pages returned in one munmap, the GIL held) stalled the loop
-# 13-22 ms. A thread of its own hands the pages back first (madvise, a foreign
-# call: the GIL released); the free that follows has no pages left to return.
-BODY_RELEASE_PATH = "body_release"
-BODY_RELEASE_THREAD = "sglang-body-release"
-_MADV_DONTNEED = 4
-_release_executor: Optional[ThreadPoolExecutor] = None
-
-
-def _release_with_request(request, buffer: bytearray) -> None:
-    """Once `request` is gone, release `buffer`'s pages on the release thread."""
-    finalizer = weakref.finalize(request, _release_off_loop, [buffer])
-    finalizer.atexit = False  # at exit the process returns its memory anyway
-
-
-def _release_off_loop(held: list) -> None:
-    global _release_executor
-    if _release_executor is None:
-        _release_executor = ThreadPoolExecutor(1, thread_name_prefix=BODY_RELEASE_THREAD)
-    _release_executor.submit(_release_pages, held)
-
-
-def _release_pages(held: list) -> None:
-    buffer = held.pop()
-    # Held here only (this name and getrefcount's argument): else another
-    # holder still reads it, and it is left to that holder.
-    if sys.getrefcount(buffer) > 2:
-        STATS.count(BODY_RELEASE_PATH, "bypassed")
-        return
-    data = (ctypes.c_char * len(buffer)).from_buffer(buffer)
-    address = ctypes.addressof(data)
-    # Whole pages only: the allocator's own words around the data stay.
-    start = -(-address // mmap.PAGESIZE) * mmap.PAGESIZE
-    end = (address + len(buffer)) // mmap.PAGESIZE * mmap.PAGESIZE
-    del data
-    if end > start:
-        ctypes.CDLL(None).madvise(
-            ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED
-        )
-    STATS.count(BODY_RELEASE_PATH, "uses")
-
-
 async def read_body(request) -> bytes:
     """The request's body, appended chunk by chunk to one buffer once it is
     over LARGE_BODY_MIN_BYTES; cached on the request as starlette does."""
@@ -154,7 +100,6 @@ async def read_body(request) -> bytes:
             buffer += chunk
     if buffer is not None:
         request._body = buffer
-        _release_with_request(request, buffer)
     elif len(chunks) == 1:
         request._body = chunks[0]  # no copy (a body delivered in one piece)
     else:
