@@ -157,7 +157,8 @@ def gc_summary(pauses: list[Span]) -> dict:
             "generation_2": sum(1 for span in pauses if span.stack[-1].endswith(" 2"))}
 
 
-# The in-server sampler's name for the event-loop thread; a sample's empty stack is the loop
+# The in-server sampler's name for the event-loop thread (its LOOP_NAME; a test checks they
+# agree); a sample's empty stack is the loop
 # inside uvloop's C code (reading sockets, running its callbacks' C parts).
 SAMPLED_LOOP = "loop"
 NO_PYTHON_FRAME = "(no Python frame: uvloop's C code)"

@@ -403,17 +403,20 @@ def _validate_worst_probes(worst: dict, arms: tuple[str, ...]) -> None:
             if not isinstance(entry, dict) or set(entry) != {"probes", "sampled", "worst", "worst_remainder"}:
                 raise ResultsError(f"{where} keys {sorted(entry or {})}, expected probes, sampled, worst,"
                                    " worst_remainder")
-            for item in entry["worst"] + ([entry["worst_remainder"]] if entry["worst_remainder"] else []):
+            splits = [(f"{where}.worst", item) for item in entry["worst"]]
+            if entry["worst_remainder"] is not None:
+                splits.append((f"{where}.worst_remainder", entry["worst_remainder"]))
+            for at, item in splits:
                 if set(item) != split_keys:
-                    raise ResultsError(f"{where}.worst keys {sorted(item)}, expected {sorted(split_keys)}")
+                    raise ResultsError(f"{at} keys {sorted(item)}, expected {sorted(split_keys)}")
                 if not isinstance(item["ms"], float):
-                    raise ResultsError(f"{where}.worst.ms = {item['ms']!r} is not float")
+                    raise ResultsError(f"{at}.ms = {item['ms']!r} is not float")
                 for key in split_keys - {"ms", "loop_faults"}:
                     if item[key] is not None and not isinstance(item[key], float):
-                        raise ResultsError(f"{where}.worst.{key} = {item[key]!r} is neither null nor float")
+                        raise ResultsError(f"{at}.{key} = {item[key]!r} is neither null nor float")
                 faults = item["loop_faults"]
                 if faults is not None and (not isinstance(faults, int) or isinstance(faults, bool)):
-                    raise ResultsError(f"{where}.worst.loop_faults = {faults!r} is neither null nor int")
+                    raise ResultsError(f"{at}.loop_faults = {faults!r} is neither null nor int")
 
 
 def validate(results: dict, arms: tuple[str, ...] = ("stock", "v3")) -> None:

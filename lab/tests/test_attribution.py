@@ -174,6 +174,15 @@ def test_the_in_server_sampler_gives_each_threads_cpu_during_the_slowest_probes(
     assert "in_server" not in attribution.summary(slow)["slowest"][0]
 
 
+def test_the_loop_thread_is_named_as_the_sampler_names_it():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "sglang_server" / "in_container"))
+    import loop_sampler
+
+    assert attribution.SAMPLED_LOOP == loop_sampler.LOOP_NAME
+
+
 def test_a_cut_sampler_line_is_an_error_naming_the_file_and_line(tmp_path: Path):
     path = _loop_samples(tmp_path)
     path.write_text(path.read_text() + '{"t": 51.0, "threads": [{"name": "loop"\n')

@@ -276,3 +276,9 @@ def test_worst_probes_from_files_with_the_mixed_phase(tmp_path: Path):
     summary["worst_probes"]["v3"]["chat_4.7MB"]["worst"][0].pop("runqueue_ms")
     with pytest.raises(results.ResultsError, match="keys"):
         results.validate(summary)
+    # The design-delay split is checked too, and the error names it.
+    fresh = results.arm_worst_probes(tmp_path)
+    fresh["chat_4.7MB"]["worst_remainder"]["loop_faults"] = 1.5
+    summary["worst_probes"] = {"stock": fresh, "v3": fresh}
+    with pytest.raises(results.ResultsError, match=r"chat_4\.7MB\.worst_remainder\.loop_faults"):
+        results.validate(summary)

@@ -36,6 +36,8 @@ MAX_FRAMES = 12
 # Another thread is named once it ran this long between two samples.
 MIN_OTHER_CPU_MS = 0.2
 THREAD_NAME = "lab-loop-sampler"
+# The event-loop thread's name in the records (lab/attribution.py reads it as SAMPLED_LOOP).
+LOOP_NAME = "loop"
 
 
 def register() -> None:
@@ -99,7 +101,7 @@ class Sampler:
                 continue  # the thread is exiting
             is_loop = ident == self.loop_thread_id
             if cpu_ns > 0 if is_loop else cpu_ns >= MIN_OTHER_CPU_MS * 1e6:
-                ran.append({"name": "loop" if is_loop else names.get(ident, str(ident)),
+                ran.append({"name": LOOP_NAME if is_loop else names.get(ident, str(ident)),
                             "cpu_ms": round(cpu_ns / 1e6, 3), "stack": frame_names(frame)})
         for ident in set(self._clocks) - set(frames):  # exited threads
             del self._clocks[ident], self._cpu_ns[ident]
