@@ -170,7 +170,7 @@ CHILD_GROWTH_LIMIT_MB = env_number("SGLANG_OFFLOAD_CHILD_GROWTH_LIMIT_MB", 64)
 # body (glibc: buffers under it come from the heap, and that much free heap is
 # not trimmed): a body's buffers are then reused instead of faulted in, zeroed
 # and unmapped again each time, which was most of a child's cost per body
-# (6.3 MB: 9.5 -> 6.0 ms a call). Larger buffers are mapped apart and returned
+# (6.3 MB through one child: 9.5 -> 4.5 ms a call). Larger buffers are mapped apart and returned
 # when freed. 0: all of a body's memory is returned after it. At most 32
 # (glibc's largest mmap threshold on 64-bit).
 JSON_KEEP_HEAP_MB = env_number("SGLANG_JSON_PARSE_KEEP_MB", 16, minimum=0, maximum=32)
