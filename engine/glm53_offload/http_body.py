@@ -5,18 +5,28 @@ limit checked in json() comes after the whole body is in memory. RequestBodyLimi
 middleware on the app, refuses a body over SGLANG_MAX_REQUEST_BODY_BYTES with 413 before it is
 read past the limit. read_body appends a large body's chunks to one buffer as they arrive
 (starlette joins them at the end: one copy of the whole body holding the GIL, about 250 ms for
-221 MB). parse_json hands a body over LARGE_BODY_MIN_BYTES to a JSON child process
-(offload_process.JsonBodyParser; SGLANG_JSON_PARSE_PROCESSES=0 parses every body here).
-SGLang's http_server keeps the calls: ORJSONRequest.body/json and app.add_middleware.
+221 MB); the buffer's last holder, at the end of its request on the loop, does not free it:
+the body-release thread hands its pages back first (LargeBody). parse_json hands a body over
+LARGE_BODY_MIN_BYTES to a JSON child process (offload_process.JsonBodyParser;
+SGLANG_JSON_PARSE_PROCESSES=0 parses every body here). SGLang's http_server keeps the calls: ORJSONRequest.body/json and app.add_middleware.
 """
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import queue
+import threading
 from typing import Any
 
 import orjson
 
-from glm53_offload.offload_process import BodyQueueFull, JsonBodyParser, env_number
+from glm53_offload.offload_process import (
+    STATS,
+    BodyQueueFull,
+    JsonBodyParser,
+    env_number,
+)
 
 # A body larger than this is parsed by a child process: one orjson.loads of it
 # holds the GIL for 5-50 ms, which on any thread of this process is a stall of
@@ -81,6 +91,75 @@ class RequestBodyLimit:
         return await self.app(scope, limited_receive, send)
 
 
+# Freeing a 221 MB body on the event loop (its pages returned by one munmap,
+# the GIL held) stopped the loop 13-22 ms. The release thread returns the pages
+# first with madvise, a foreign call that releases the GIL; the free after it
+# has no pages left to return (under 0.1 ms).
+BODY_RELEASE_PATH = "body_release"
+BODY_RELEASE_THREAD = "sglang-body-release"
+_MADV_DONTNEED = 4
+_released: "queue.SimpleQueue" = queue.SimpleQueue()
+_release_thread_lock = threading.Lock()
+_release_thread = None
+
+
+class LargeBody(bytearray):
+    """A large request body's buffer. Whichever thread drops its last reference
+    only queues it (__del__ resurrects it onto the release queue); the release
+    thread hands its pages back and lets it go. CPython calls __del__ on every
+    death of such an object, hence the flag."""
+
+    def __del__(self, _queue=_released) -> None:
+        if not self.__dict__.get("pages_released"):
+            _queue.put(self)
+
+
+def _start_release_thread() -> None:
+    global _release_thread
+    with _release_thread_lock:
+        if _release_thread is None:
+            _release_thread = threading.Thread(
+                target=_release_bodies, name=BODY_RELEASE_THREAD, daemon=True
+            )
+            _release_thread.start()
+
+
+def _release_bodies() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    while True:
+        body = _released.get()
+        if isinstance(body, threading.Event):  # flush_released_bodies
+            body.set()
+            continue
+        body.pages_released = True
+        data = (ctypes.c_char * len(body)).from_buffer(body)
+        address = ctypes.addressof(data)
+        del data
+        # Whole pages inside the buffer only: the allocator's words around it stay.
+        start = -(-address // mmap.PAGESIZE) * mmap.PAGESIZE
+        end = (address + len(body)) // mmap.PAGESIZE * mmap.PAGESIZE
+        if end > start and libc.madvise(start, end - start, _MADV_DONTNEED) != 0:
+            STATS.slow_path(
+                BODY_RELEASE_PATH,
+                "failed",
+                f"madvise errno {ctypes.get_errno()}: the pages are freed holding the GIL",
+            )
+        else:
+            STATS.count(BODY_RELEASE_PATH, "uses")
+        del body  # the last reference: freed here, no pages left to return
+
+
+def flush_released_bodies(timeout: float) -> bool:
+    """Wait until the release thread has handled every body queued before this
+    call (for tests and benchmarks); False if it did not within `timeout`."""
+    if _release_thread is None:
+        return True
+    reached = threading.Event()
+    _released.put(reached)
+    return reached.wait(timeout)
+
+
 async def read_body(request) -> bytes:
     """The request's body, appended chunk by chunk to one buffer once it is
     over LARGE_BODY_MIN_BYTES; cached on the request as starlette does."""
@@ -90,7 +169,8 @@ async def read_body(request) -> bytes:
     async for chunk in request.stream():
         size += len(chunk)
         if buffer is None and size > LARGE_BODY_MIN_BYTES and chunks:
-            buffer = bytearray()
+            _start_release_thread()
+            buffer = LargeBody()
             for part in chunks:
                 buffer += part
             chunks = None

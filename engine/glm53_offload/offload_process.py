@@ -229,7 +229,8 @@ class OffloadStats:
     enable_prometheus ran (metrics enabled), exported as
     sglang:offload_events_total{path, event} and
     sglang:offload_queue_depth{path}. Paths: tokenizer_process, json_process,
-    mm_process, preprocessing_lane_bulk, preprocessing_lane_small, segments;
+    mm_process, preprocessing_lane_bulk, preprocessing_lane_small, segments,
+    body_release (http_body: a large body's pages handed back off the loop);
     events: uses (requests; a lane's "steps" are its tasks, several per
     request), fallbacks, deadline_kills, killed (a child ended by a signal
     mid-call), refused (a request ended because its child was killed),
