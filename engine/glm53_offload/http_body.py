@@ -8,7 +8,8 @@ read past the limit. read_body appends a large body's chunks to one buffer as th
 221 MB); the buffer's last holder, at the end of its request on the loop, does not free it:
 the body-release thread hands its pages back first (LargeBody). parse_json hands a body over
 LARGE_BODY_MIN_BYTES to a JSON child process (offload_process.JsonBodyParser;
-SGLANG_JSON_PARSE_PROCESSES=0 parses every body here). SGLang's http_server keeps the calls: ORJSONRequest.body/json and app.add_middleware.
+SGLANG_JSON_PARSE_PROCESSES=0 parses every body here). SGLang's http_server keeps the calls:
+ORJSONRequest.body/json and app.add_middleware.
 """
 
 from __future__ import annotations
