@@ -199,4 +199,4 @@ async def parse_json(body) -> Any:
             raise HTTPException(
                 status_code=503, detail=f"server busy parsing bodies: {error}"
             ) from None
-    return orjson.loads(body)
+    return orjson.loads(memoryview(body))  # a LargeBody too (see JsonBodyParser._loads)

@@ -1182,7 +1182,9 @@ class JsonBodyParser(ChildPool):
             raise  # orjson's own error, from the child's parse
         except Exception as error:
             self._fallback(error)
-        return orjson.loads(document)
+        # Through a view: orjson takes bytes and bytearray by exact type, and
+        # http_body's LargeBody is a bytearray subclass.
+        return orjson.loads(memoryview(document))
 
 
 # ---- multimodal processing in child processes -----------------------------
