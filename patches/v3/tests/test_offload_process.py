@@ -499,9 +499,10 @@ def test_a_killed_json_process_costs_no_request(parse_calls, caplog):
     assert replaced == expected and parse_calls == fallback  # a new child parsed the third
     (second,) = parser._processes
     assert second.pid != first.pid
-    assert _delta(before) == {"json_process.fallbacks": 1, "json_process.restarts": 1,
-                              "json_process.uses": 1, "json_process.strings_in_place": 3,
-                              "json_process.strings_in_place_sliced": 3, "json_process.strings_copied": 1}
+    assert _delta(before, "json_process.") == {
+        "json_process.fallbacks": 1, "json_process.restarts": 1, "json_process.uses": 1,
+        "json_process.strings_in_place": 3, "json_process.strings_in_place_sliced": 3,
+        "json_process.strings_copied": 1}
 
 
 @pytest.mark.detects_stock_bug
