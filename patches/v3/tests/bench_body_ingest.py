@@ -51,8 +51,10 @@ def _request(body: bytes) -> Any:
         end = start + CHUNK_BYTES
         return {"type": "http.request", "body": bytes(view[start:end]), "more_body": end < len(body)}
 
+    # Content-Length declared, as an HTTP client sends a body it holds whole.
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     return ORJSONRequest({"type": "http", "method": "POST", "path": "/v1/chat/completions",
-                          "headers": [], "query_string": b""}, receive)
+                          "headers": headers, "query_string": b""}, receive)
 
 
 async def _stock_json(body: bytes) -> Any:
