@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -162,18 +163,39 @@ def find_py_spy(explicit: Path | None) -> Path:
                      " pass --py-spy PATH or --no-profile")
 
 
+# What every container gets; --server-env may not replace it.
+CONTAINER_ENV = {"PYTHONUNBUFFERED": "1"}
+_ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
+
+
+def parse_server_env(items: list[str]) -> dict[str, str]:
+    """--server-env NAME=VALUE items as a mapping; SystemExit naming the item that is not one."""
+    env: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not _ENV_NAME.fullmatch(name):
+            raise SystemExit(f"health_stall: --server-env {item!r}: expected NAME=VALUE with NAME "
+                             "in capitals, digits and underscores (e.g. SGLANG_MM_PROCESSES=1)")
+        if name in CONTAINER_ENV or name in env:
+            raise SystemExit(f"health_stall: --server-env {name} given twice or set by the lab itself "
+                             f"({', '.join(CONTAINER_ENV)})")
+        env[name] = value
+    return env
+
+
 class Lab:
-    def __init__(self, podman: Podman, out: Path, run_label: str) -> None:
+    def __init__(self, podman: Podman, out: Path, run_label: str, server_env: dict[str, str]) -> None:
         self.podman = podman
         self.out = out
         self.run_label = run_label
+        self.env = {**CONTAINER_ENV, **server_env}
         self.live: list[Container] = []
         self.removed: list[str] = []
 
     def run_container(self, image_id: str, arm: str, command: list[str], mounts: list[Mount],
                       timeout_s: float, log: Path) -> int:
         name = f"{self.run_label}-{arm}"
-        container = self.podman.start(image_id, name, self.run_label, command, mounts, env={"PYTHONUNBUFFERED": "1"})
+        container = self.podman.start(image_id, name, self.run_label, command, mounts, env=self.env)
         self.live.append(container)
         try:
             code = self.podman.wait(container, timeout_s)
@@ -346,6 +368,9 @@ def main(argv: list[str]) -> int:
                         help="run the server's own thread sampler (tools/sglang_server/in_container/loop_sampler.py)"
                              " every MS: each thread's exact CPU time and frames during the slowest probes. It"
                              " allocates frames and takes the GIL each period, so it adds load (default: 0, off)")
+    parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="an environment variable for every arm's servers (repeatable; recorded in "
+                        "run.json), for A/B runs of an engine setting such as SGLANG_MM_PROCESSES=1")
     parser.add_argument("--flood-rps", type=float, default=0.5)
     parser.add_argument("--flood-bytes", type=int, default=3_000_000)
     parser.add_argument("--tokenizer", choices=TOKENIZERS, default="glm",
@@ -376,6 +401,7 @@ def main(argv: list[str]) -> int:
         if not args.out:
             raise SystemExit("health_stall: --reshape needs --out DIR of a finished run")
         return reshape(args, _resolve_out(args.out))
+    server_env = parse_server_env(args.server_env)
     if args.mixed_minutes is None:
         args.mixed_minutes = 0.0 if args.quick else 3.0
     requests = args.requests or (list(checks.QUICK_REQUESTS) if args.quick else FULL_REQUESTS)
@@ -392,7 +418,7 @@ def main(argv: list[str]) -> int:
     lab = None
     staging = None
     facts: dict = {"command": ["health_stall", *argv], "out": str(out), "arms": {}, "tokenizer": args.tokenizer,
-                   "client_nice": args.client_nice}
+                   "client_nice": args.client_nice, "server_env": server_env}
     code = 1
     try:
         images = _images(args)
@@ -403,7 +429,7 @@ def main(argv: list[str]) -> int:
         podman = Podman(args.cache)
         podman.check()
         run_label = f"lab-health-stall-{os.getpid()}-{int(time.time())}"
-        lab = Lab(podman, out, run_label)
+        lab = Lab(podman, out, run_label, server_env)
         staging = Path(tempfile.mkdtemp(prefix="health-stall."))
         lab_files = _stage_lab_files(staging / "lab")
         tools = staging / "tools"
