@@ -339,6 +339,14 @@ class OffloadStats:
 STATS = OffloadStats()
 
 
+def whole_pages(start: int, end: int) -> Tuple[int, int]:
+    """(first, length) of the whole pages inside [start, end): what can be
+    handed back without touching the bytes around the range. length <= 0 when
+    the range holds no whole page."""
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    return first, end // mmap.PAGESIZE * mmap.PAGESIZE - first
+
+
 def _write_all(stream: BinaryIO, data) -> None:
     # An unbuffered pipe may take part of a large write.
     view = memoryview(data).cast("B")
@@ -1901,10 +1909,9 @@ class _StagedPixels:
         end = start + tensor.numel() * tensor.element_size()
         if start < 0 or end > self._size:
             return
-        first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
-        last = end // mmap.PAGESIZE * mmap.PAGESIZE
-        if last > first:
-            self._map.madvise(mmap.MADV_REMOVE, first, last - first)
+        first, length = whole_pages(start, end)
+        if length > 0:
+            self._map.madvise(mmap.MADV_REMOVE, first, length)
 
     def close(self) -> None:
         # The mapping stays until the last tensor on it is gone.
