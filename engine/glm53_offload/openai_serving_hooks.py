@@ -4,11 +4,14 @@ preprocessing lane, watched for aborts, and the request body size that picks the
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import logging
 from fastapi import Request
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Optional
 
+from glm53_offload import sglang_support
 from sglang.srt.entrypoints.openai.protocol import OpenAIServingRequest
 
 logger = logging.getLogger("sglang.srt.entrypoints.openai.serving_base")
@@ -25,12 +28,14 @@ def request_body_size(raw_request: Optional[Request]) -> Optional[int]:
 
 
 @lru_cache(maxsize=None)
-def _warn_inline_preprocessing(manager_type: type) -> None:
+def _warn_without_lanes(manager_type: type, off_loop: bool) -> None:
     logger.warning(
         "%s has no run_request_preprocessing(); request validation, chat-template "
-        "rendering and tokenization run on the event loop, which stalls /health "
-        "on large prompts.",
+        "rendering and tokenization run %s, as stock SGLang does.",
         manager_type.__qualname__,
+        "on the event loop's default executor, with the shared tokenizer"
+        if off_loop
+        else "on the event loop, which stalls /health on large prompts",
     )
 
 
@@ -42,13 +47,18 @@ class OpenAIServingBaseHooks:
     ):
         """Run a blocking preprocessing step on the tokenizer manager's worker
         for this request's size. A manager without run_request_preprocessing
-        (a subclass or another frontend built on 0.5.19) runs it inline, as
-        0.5.19 did, after a one-time warning."""
+        (a test double or another frontend) gets what stock SGLang of this
+        version does, after a one-time warning: inline on 0.5.19, on the
+        loop's default executor (in the caller's context) on 0.5.23."""
         run = getattr(self.tokenizer_manager, "run_request_preprocessing", None)
-        if run is None:
-            _warn_inline_preprocessing(type(self.tokenizer_manager))
+        if run is not None:
+            return await run(request_body_size(raw_request), func, *args, **kwargs)
+        off_loop = sglang_support.stock_converts_off_loop()
+        _warn_without_lanes(type(self.tokenizer_manager), off_loop)
+        if not off_loop:
             return func(*args, **kwargs)
-        return await run(request_body_size(raw_request), func, *args, **kwargs)
+        step = partial(contextvars.copy_context().run, func, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(None, step)
 
     async def _run_conversion(self, rid, raw_request, func, /, *args, **kwargs):
         """_run_preprocessing for a step of a request's conversion, with `rid`

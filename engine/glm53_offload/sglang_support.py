@@ -55,6 +55,12 @@ USES["0.5.23"] = {
 
 SUPPORTED = tuple(sorted(USES))
 
+# SGLang version -> whether its stock OpenAI serving converts a request (chat-template rendering,
+# tokenization) off the event loop. A tokenizer manager without the preprocessing lanes (a test
+# double, another frontend) gets what that version's stock code does: 0.5.19 converts on the loop,
+# 0.5.23 on the loop's default executor.
+STOCK_CONVERTS_OFF_LOOP: Dict[str, bool] = {"0.5.19": False, "0.5.23": True}
+
 
 class UnsupportedSGLang(ImportError):
     """This SGLang is not one the package was written against."""
@@ -110,3 +116,16 @@ def fill_tokenizer_caches(
                 exc_info=True,
             )
     return filled
+
+
+def stock_converts_off_loop(version: Optional[str] = None) -> bool:
+    """STOCK_CONVERTS_OFF_LOOP for this SGLang (or `version`); a version not listed raises
+    UnsupportedSGLang, as check() does."""
+    version = version or installed_version()
+    try:
+        return STOCK_CONVERTS_OFF_LOOP[version]
+    except KeyError:
+        raise UnsupportedSGLang(
+            f"glm53_offload supports SGLang {', '.join(SUPPORTED)}, not {version}: add its row "
+            "to glm53_offload/sglang_support.py STOCK_CONVERTS_OFF_LOOP"
+        ) from None

@@ -40,6 +40,14 @@ def test_an_unlisted_version_is_refused_naming_it_and_the_table():
         sglang_support.check("0.5.24", import_module=_fake_sglang())
 
 
+def test_every_supported_version_states_what_its_stock_conversion_does():
+    assert set(sglang_support.STOCK_CONVERTS_OFF_LOOP) == set(sglang_support.SUPPORTED)
+    with pytest.raises(
+        sglang_support.UnsupportedSGLang, match=r"not 0\.5\.24.*STOCK_CONVERTS_OFF_LOOP"
+    ):
+        sglang_support.stock_converts_off_loop("0.5.24")
+
+
 def test_a_missing_hook_is_refused_naming_it():
     missing = "sglang.srt.managers.mm_utils.wrap_shm_features"
     with pytest.raises(sglang_support.UnsupportedSGLang, match=missing.replace(".", r"\.")):

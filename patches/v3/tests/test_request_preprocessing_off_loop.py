@@ -828,15 +828,20 @@ def test_cancelled_conversion_never_overlaps_the_next(make_tokenizer_manager, ho
 
 @pytest.mark.detects_previous_v3
 def test_manager_without_the_new_method_still_serves_with_one_warning(glm_tokenizer, caplog):
-    """A tokenizer manager without run_request_preprocessing (a subclass or another frontend
-    written for 0.5.19): requests are converted inline, as in 0.5.19, after one warning."""
+    """A tokenizer manager without run_request_preprocessing (a test double or another frontend):
+    requests are converted where that release's stock code converts them, after one warning:
+    on the event loop in 0.5.19, on the loop's default executor in 0.5.23 (upstream's own
+    test_serving_base_event_loop checks the latter with such a double)."""
     caplog.set_level(logging.WARNING)
     tm = SimpleNamespace(
         tokenizer=glm_tokenizer,
         server_args=SimpleNamespace(tokenizer_metrics_allowed_custom_labels=None),
         request_logger=SimpleNamespace(log_requests=False, log_requests_level=0),
     )
-    serving = ConvertingServing(tm, lambda request: "adapted")
+    converted_on = []
+    serving = ConvertingServing(
+        tm, lambda request: converted_on.append(threading.get_ident()) or "adapted"
+    )
 
     async def scenario():
         return [await serving.handle_request(object(), None) for _ in range(3)]
@@ -844,6 +849,8 @@ def test_manager_without_the_new_method_still_serves_with_one_warning(glm_tokeni
     results = asyncio.run(scenario())
 
     assert results == [{"status": "ok", "adapted": "adapted"}] * 3, results
+    on_loop = [ident == threading.get_ident() for ident in converted_on]
+    assert on_loop == [sglang_version() == "0.5.19"] * 3, on_loop
     if hasattr(TokenizerManager, "run_request_preprocessing"):
         warnings = [r for r in caplog.records if "run_request_preprocessing" in r.getMessage()]
         assert len(warnings) == 1, [r.getMessage() for r in warnings]
