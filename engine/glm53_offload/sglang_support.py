@@ -66,6 +66,13 @@ class UnsupportedSGLang(ImportError):
     """This SGLang is not one the package was written against."""
 
 
+def _unsupported(version: str, table: str) -> UnsupportedSGLang:
+    return UnsupportedSGLang(
+        f"glm53_offload supports SGLang {', '.join(SUPPORTED)}, not {version}: add its row "
+        f"to glm53_offload/sglang_support.py {table}"
+    )
+
+
 def installed_version() -> str:
     from sglang.version import __version__
 
@@ -77,10 +84,7 @@ def check(version: Optional[str] = None, import_module=importlib.import_module) 
     version = version or installed_version()
     uses = USES.get(version)
     if uses is None:
-        raise UnsupportedSGLang(
-            f"glm53_offload supports SGLang {', '.join(SUPPORTED)}, not {version}: add its row "
-            "to glm53_offload/sglang_support.py USES once the hooks are re-anchored"
-        )
+        raise _unsupported(version, "USES once the hooks are re-anchored")
     for module_name, names in uses.items():
         try:
             module = import_module(module_name)
@@ -125,7 +129,4 @@ def stock_converts_off_loop(version: Optional[str] = None) -> bool:
     try:
         return STOCK_CONVERTS_OFF_LOOP[version]
     except KeyError:
-        raise UnsupportedSGLang(
-            f"glm53_offload supports SGLang {', '.join(SUPPORTED)}, not {version}: add its row "
-            "to glm53_offload/sglang_support.py STOCK_CONVERTS_OFF_LOOP"
-        ) from None
+        raise _unsupported(version, "STOCK_CONVERTS_OFF_LOOP") from None

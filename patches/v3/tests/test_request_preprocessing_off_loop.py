@@ -149,6 +149,22 @@ class HeldTokenizer:
         return self._tokenizer(*args, **kwargs)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def published_server_args() -> Iterator[None]:
+    """0.5.23's serving classes read the published server arguments (`get_serving()`) when they
+    are built. Run alone, this module publishes the defaults for its own tests; after another
+    module published its arguments in the same process, those stay."""
+    from sglang.srt.runtime_context import get_context, get_serving
+
+    try:
+        get_serving()
+    except ValueError:
+        with get_context().override_server_args():
+            yield
+        return
+    yield
+
+
 @contextlib.contextmanager
 def startup(tokenizer_manager: Any) -> Iterator[None]:
     """A serving object built here is built at server start, not per request: its own probes of
