@@ -188,6 +188,22 @@ def _train_tiny_tokenizer() -> Any:
     return tokenizer
 
 
+@pytest.fixture(scope="module")
+def published_server_args() -> Iterator[None]:
+    """The server arguments SGLang's module getters read (`get_serving()`; 0.5.23's serving
+    classes call it when they are built): defaults published for the module when no one has
+    published any; arguments another module published in this process stay."""
+    from sglang.srt.runtime_context import get_context, get_serving
+
+    try:
+        get_serving()
+    except ValueError:
+        with get_context().override_server_args():
+            yield
+        return
+    yield
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer() -> Any:
     """The 500-token toy: only where a test says why it needs a small vocabulary."""

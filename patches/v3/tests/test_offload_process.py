@@ -45,6 +45,9 @@ from test_request_preprocessing_off_loop import (
 
 from sglang.srt.parser.template_manager import TemplateManager
 
+# 0.5.23's serving classes (ChatServing here) read the published server arguments when built.
+pytestmark = pytest.mark.usefixtures("published_server_args")
+
 LARGE_CHARS = tokenizer_manager_global("TOKENIZER_PROCESS_MIN_CHARS", 256 * 1024) + 4096
 SENTENCE = "the quick brown fox jumps over the lazy dog, naïve café 東京 "
 LARGE_TEXT = (SENTENCE * (LARGE_CHARS // len(SENTENCE) + 1))[:LARGE_CHARS]

@@ -42,6 +42,9 @@ from sglang.srt.parser.template_manager import TemplateManager
 
 from conftest import sglang_version
 
+# 0.5.23's serving classes read the published server arguments when built.
+pytestmark = pytest.mark.usefixtures("published_server_args")
+
 WORKER_PREFIX = "sglang-preprocess"
 # Above the small-request lane's limit (64 KiB in the patch); the test requests say their size
 # through the Content-Length header, as an HTTP request does.
@@ -147,22 +150,6 @@ class HeldTokenizer:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self._held()
         return self._tokenizer(*args, **kwargs)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def published_server_args() -> Iterator[None]:
-    """0.5.23's serving classes read the published server arguments (`get_serving()`) when they
-    are built. Run alone, this module publishes the defaults for its own tests; after another
-    module published its arguments in the same process, those stay."""
-    from sglang.srt.runtime_context import get_context, get_serving
-
-    try:
-        get_serving()
-    except ValueError:
-        with get_context().override_server_args():
-            yield
-        return
-    yield
 
 
 @contextlib.contextmanager
