@@ -1,5 +1,5 @@
 """What v3 and v4 add to SGLang's OpenAIServingBase (SGLang 0.5.19, 0.5.23): request conversion on a
-preprocessing lane, watched for aborts, and the request body size that picks the lane.
+preprocessing lane picked by the request body size (http_body.request_body_size), watched for aborts.
 """
 
 from __future__ import annotations
@@ -12,19 +12,10 @@ from functools import lru_cache, partial
 from typing import Optional
 
 from glm53_offload import sglang_support
+from glm53_offload.http_body import request_body_size
 from sglang.srt.entrypoints.openai.protocol import OpenAIServingRequest
 
 logger = logging.getLogger("sglang.srt.entrypoints.openai.serving_base")
-
-
-def request_body_size(raw_request: Optional[Request]) -> Optional[int]:
-    """The request's declared body size in bytes, or None when unknown."""
-    headers = getattr(raw_request, "headers", None)
-    length = headers.get("content-length") if headers is not None else None
-    try:
-        return int(length) if length is not None else None
-    except ValueError:
-        return None
 
 
 @lru_cache(maxsize=None)
