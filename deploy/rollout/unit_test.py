@@ -89,10 +89,12 @@ def test_healthcheck_and_ports_are_changes_compose_acts_on(tmp_path: Path) -> No
 def test_scrape_label_change_needs_the_collector_force_recreated(tmp_path: Path) -> None:
     """r2's labels move in the collector's inline config: Compose's hash of the collector stays."""
     text = committed()
-    # r2's scrape job and the engine_image label under it, whatever image r2 is pinned to now.
+    # r2's scrape job and the engine_image label under it, whatever image r2 is pinned to now
+    # (quoted when the short digest is all digits, which YAML would read as a number).
     r2_job = text.index("- job_name: sglang-model-sg-glm53-w4afp8-tp4-r2\n")
-    label = re.compile(r"^ +engine_image: [0-9a-f]{12}\n", re.M).search(text, r2_job).group(0)
-    plan = plan_of(tmp_path, replace_once(text, label, label[:-13] + "01282e5accd7\n"))
+    pinned = re.compile(r'^ +engine_image: "?([0-9a-f]{12})"?\n', re.M).search(text, r2_job)
+    label = pinned.group(0)
+    plan = plan_of(tmp_path, replace_once(text, label, label.replace(pinned.group(1), "01282e5accd7")))
     change = plan.changes[COLLECTOR]
     assert change.kind == FORCE_RECREATE
     assert change.reasons[0].startswith("config otelcol_app_config content changed")
